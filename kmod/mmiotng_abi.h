@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The helper module's interface, shared by the module, the BPF programs and
+ * the Python loader (mmiotrace_ng/abi.py mirrors it; tests/unit/test_abi.py
+ * checks the mirror against this file).
+ *
+ * 1. The access hook.  For every traced access the module calls the
+ *    noinline function mmiotng_access_hook(const struct mmiotng_access *a);
+ *    the BPF side attaches a kprobe there and copies *a.
+ * 2. The generic-netlink family MMIOTNG_GENL_NAME: commands and attributes.
+ */
+#ifndef MMIOTNG_ABI_H
+#define MMIOTNG_ABI_H
+
+#include <linux/types.h>
+
+#define MMIOTNG_HOOK_SYMBOL	"mmiotng_access_hook"
+#define MMIOTNG_INSN_BYTES	8
+
+/* enum mmiotng_op: what an access did */
+#define MMIOTNG_OP_READ		0
+#define MMIOTNG_OP_WRITE	1
+#define MMIOTNG_OP_UNKNOWN	2
+
+/* mmiotng_access.flags */
+#define MMIOTNG_F_SINGLESTEP	0x01	/* taken by single-stepping */
+#define MMIOTNG_F_REP		0x02	/* one element of a string instruction */
+
+struct mmiotng_access {
+	__u64 map_virt;		/* address ioremap returned for the mapping */
+	__u64 phys;		/* physical address accessed */
+	__u64 value;		/* value read or written (width bytes) */
+	__u64 compat_value;	/* the value the kernel's mmiotrace reports */
+	__u64 ip;		/* address of the instruction */
+	__u8 width;		/* bytes: 1, 2, 4, 8; 0 when op is UNKNOWN */
+	__u8 op;		/* MMIOTNG_OP_* */
+	__u8 compat_width;	/* the width the kernel's mmiotrace reports */
+	__u8 compat_op;		/* MMIOTNG_OP_* as the kernel's mmiotrace sees it */
+	__u8 insn_len;		/* valid bytes in insn[] */
+	__u8 flags;		/* MMIOTNG_F_* */
+	__u8 pad[2];
+	__u8 insn[MMIOTNG_INSN_BYTES];	/* first bytes of the instruction */
+};
+
+/* Generic netlink */
+#define MMIOTNG_GENL_NAME	"mmiotrace_ng"
+#define MMIOTNG_GENL_VERSION	1
+
+enum mmiotng_cmd {
+	MMIOTNG_CMD_UNSPEC,
+	MMIOTNG_CMD_FILTER_ADD,		/* PHYS, SIZE: trace mappings of this range */
+	MMIOTNG_CMD_FILTER_DEL,		/* PHYS, SIZE */
+	MMIOTNG_CMD_ARM_EXISTING,	/* VIRT, SIZE, PHYS: arm a live mapping */
+	MMIOTNG_CMD_DISARM_ALL,		/* drop all filters, restore all pages */
+	MMIOTNG_CMD_STATUS,		/* reply: the STAT_* attributes */
+	MMIOTNG_CMD_SET_MODE,		/* MODE: MMIOTNG_MODE_* */
+	__MMIOTNG_CMD_MAX,
+};
+#define MMIOTNG_CMD_MAX (__MMIOTNG_CMD_MAX - 1)
+
+enum mmiotng_attr {
+	MMIOTNG_A_UNSPEC,
+	MMIOTNG_A_PHYS,			/* u64 */
+	MMIOTNG_A_SIZE,			/* u64 */
+	MMIOTNG_A_VIRT,			/* u64 */
+	MMIOTNG_A_MODE,			/* u32 */
+	MMIOTNG_A_STAT_ARMED_PAGES,	/* u64 */
+	MMIOTNG_A_STAT_MAPPINGS,	/* u64 */
+	MMIOTNG_A_STAT_FILTERS,		/* u64 */
+	MMIOTNG_A_STAT_FAULTS,		/* u64 */
+	MMIOTNG_A_STAT_EMULATED,	/* u64 */
+	MMIOTNG_A_STAT_SINGLESTEPPED,	/* u64 */
+	MMIOTNG_A_STAT_UNKNOWN,		/* u64 */
+	MMIOTNG_A_STAT_OWNER,		/* u32: netlink port id of the controller, 0 if none */
+	__MMIOTNG_A_MAX,
+};
+#define MMIOTNG_A_MAX (__MMIOTNG_A_MAX - 1)
+
+/* MMIOTNG_A_MODE values */
+#define MMIOTNG_MODE_EMULATE	0	/* decode and emulate; single-step the rest */
+#define MMIOTNG_MODE_SINGLESTEP	1	/* single-step every access (benchmarks) */
+
+#endif /* MMIOTNG_ABI_H */
