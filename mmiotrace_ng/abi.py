@@ -1,0 +1,139 @@
+"""Python mirror of kmod/mmiotng_abi.h (the helper module's interface).
+
+Every struct, enum and #define of that header has a counterpart here with the
+same name; tests/unit/test_abi.py compiles the header on the host and checks
+sizes, offsets, field types and values against this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from enum import IntEnum, IntFlag
+from typing import Final
+
+MMIOTNG_HOOK_SYMBOL: Final = "mmiotng_access_hook"
+MMIOTNG_MARK_HOOK_SYMBOL: Final = "mmiotng_mark_hook"
+MMIOTNG_MARK_MAX: Final = 1024
+MMIOTNG_INSN_BYTES: Final = 8
+
+# enum mmiotng_op (as #defines in the header)
+MMIOTNG_OP_READ: Final = 0
+MMIOTNG_OP_WRITE: Final = 1
+MMIOTNG_OP_UNKNOWN: Final = 2
+
+# mmiotng_access.flags
+MMIOTNG_F_SINGLESTEP: Final = 0x01
+MMIOTNG_F_REP: Final = 0x02
+
+# Generic netlink
+MMIOTNG_GENL_NAME: Final = "mmiotrace_ng"
+MMIOTNG_GENL_VERSION: Final = 1
+
+# MMIOTNG_A_MODE values
+MMIOTNG_MODE_EMULATE: Final = 0
+MMIOTNG_MODE_SINGLESTEP: Final = 1
+
+
+class Op(IntEnum):
+    """MMIOTNG_OP_*: what an access did."""
+
+    READ = MMIOTNG_OP_READ
+    WRITE = MMIOTNG_OP_WRITE
+    UNKNOWN = MMIOTNG_OP_UNKNOWN
+
+
+class AccessFlag(IntFlag):
+    """MMIOTNG_F_*: mmiotng_access.flags bits."""
+
+    SINGLESTEP = MMIOTNG_F_SINGLESTEP
+    REP = MMIOTNG_F_REP
+
+
+class Mode(IntEnum):
+    """MMIOTNG_MODE_*: values of the MMIOTNG_A_MODE attribute."""
+
+    EMULATE = MMIOTNG_MODE_EMULATE
+    SINGLESTEP = MMIOTNG_MODE_SINGLESTEP
+
+
+class MmiotngCmd(IntEnum):
+    """enum mmiotng_cmd: generic-netlink commands (members keep the C names)."""
+
+    MMIOTNG_CMD_UNSPEC = 0
+    MMIOTNG_CMD_FILTER_ADD = 1
+    MMIOTNG_CMD_FILTER_DEL = 2
+    MMIOTNG_CMD_ARM_EXISTING = 3
+    MMIOTNG_CMD_DISARM_ALL = 4
+    MMIOTNG_CMD_STATUS = 5
+    MMIOTNG_CMD_SET_MODE = 6
+
+
+class MmiotngAttr(IntEnum):
+    """enum mmiotng_attr: generic-netlink attributes (members keep the C names)."""
+
+    MMIOTNG_A_UNSPEC = 0
+    MMIOTNG_A_PHYS = 1
+    MMIOTNG_A_SIZE = 2
+    MMIOTNG_A_VIRT = 3
+    MMIOTNG_A_MODE = 4
+    MMIOTNG_A_STAT_ARMED_PAGES = 5
+    MMIOTNG_A_STAT_MAPPINGS = 6
+    MMIOTNG_A_STAT_FILTERS = 7
+    MMIOTNG_A_STAT_FAULTS = 8
+    MMIOTNG_A_STAT_EMULATED = 9
+    MMIOTNG_A_STAT_SINGLESTEPPED = 10
+    MMIOTNG_A_STAT_UNKNOWN = 11
+    MMIOTNG_A_STAT_OWNER = 12
+
+
+# The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
+# Python would mangle a leading double underscore inside a class body).
+MMIOTNG_CMD_MAX: Final = int(max(MmiotngCmd))
+MMIOTNG_A_MAX: Final = int(max(MmiotngAttr))
+
+# Netlink payload type of each attribute, for building the genl policy / nla_map.
+ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
+    MmiotngAttr.MMIOTNG_A_UNSPEC: "none",
+    MmiotngAttr.MMIOTNG_A_PHYS: "uint64",
+    MmiotngAttr.MMIOTNG_A_SIZE: "uint64",
+    MmiotngAttr.MMIOTNG_A_VIRT: "uint64",
+    MmiotngAttr.MMIOTNG_A_MODE: "uint32",
+    MmiotngAttr.MMIOTNG_A_STAT_ARMED_PAGES: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_MAPPINGS: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_FILTERS: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_FAULTS: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_EMULATED: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_SINGLESTEPPED: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_UNKNOWN: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_OWNER: "uint32",
+}
+
+
+class MmiotngAccess(ctypes.Structure):
+    """struct mmiotng_access: the argument of mmiotng_access_hook()."""
+
+    _fields_ = [
+        ("map_virt", ctypes.c_uint64),
+        ("phys", ctypes.c_uint64),
+        ("value", ctypes.c_uint64),
+        ("compat_value", ctypes.c_uint64),
+        ("ip", ctypes.c_uint64),
+        ("width", ctypes.c_uint8),
+        ("op", ctypes.c_uint8),
+        ("compat_width", ctypes.c_uint8),
+        ("compat_op", ctypes.c_uint8),
+        ("insn_len", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
+        ("insn", ctypes.c_uint8 * MMIOTNG_INSN_BYTES),
+    ]
+
+
+# C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
+# Module constants named MMIOTNG_* are mirrors of the header's #defines/enum members.
+C_PREFIX: Final = "MMIOTNG_"
+C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {"mmiotng_access": MmiotngAccess}
+C_ENUMS: Final[dict[str, type[IntEnum]]] = {
+    "mmiotng_cmd": MmiotngCmd,
+    "mmiotng_attr": MmiotngAttr,
+}

@@ -1,0 +1,164 @@
+"""PCI addresses and the memory BARs of a device, read from sysfs."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+# include/linux/ioport.h
+IORESOURCE_IO: Final = 0x0000_0100
+IORESOURCE_MEM: Final = 0x0000_0200
+IORESOURCE_PREFETCH: Final = 0x0000_2000
+IORESOURCE_MEM_64: Final = 0x0010_0000
+IORESOURCE_DISABLED: Final = 0x1000_0000
+IORESOURCE_UNSET: Final = 0x2000_0000
+
+PCI_STD_NUM_BARS: Final = 6
+
+_ADDRESS = re.compile(
+    r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-9a-f])"
+)
+_EXAMPLE: Final = (
+    "expected [DDDD:]BB:DD.F in hex, e.g. 0000:01:00.0 or 01:00.0 (see lspci -D)"
+)
+
+
+class PciError(Exception):
+    """A PCI device cannot be used as asked."""
+
+
+class BadPciAddress(PciError, ValueError):
+    """A malformed PCI address argument."""
+
+
+class NoSuchPciDevice(PciError, LookupError):
+    """No device at that address."""
+
+
+class NoMemoryBars(PciError):
+    """The device has no memory BAR to trace."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PciAddress:
+    domain: int
+    bus: int
+    device: int
+    function: int
+
+    @property
+    def devfn(self) -> int:
+        return self.device << 3 | self.function
+
+    def __str__(self) -> str:
+        """As sysfs names the device: dddd:bb:dd.f."""
+        return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}.{self.function:x}"
+
+
+def parse_address(text: str) -> PciAddress:
+    """Parse "0000:01:00.0", "01:00.0" or "1:0.0" (hex; domain defaults to 0)."""
+    arg = text.strip().lower()
+    m = _ADDRESS.fullmatch(arg)
+    if not m:
+        raise BadPciAddress(f"bad PCI address {text!r}: {_EXAMPLE}")
+    device, function = int(m["dev"], 16), int(m["fn"], 16)
+    if device > 0x1F:
+        raise BadPciAddress(
+            f"bad PCI address {text!r}: device {m['dev']} is not in 00-1f"
+        )
+    if function > 7:
+        raise BadPciAddress(
+            f"bad PCI address {text!r}: function {m['fn']} is not in 0-7"
+        )
+    domain = int(m["domain"], 16) if m["domain"] else 0
+    return PciAddress(domain, int(m["bus"], 16), device, function)
+
+
+def _address(bdf: str | PciAddress) -> PciAddress:
+    return bdf if isinstance(bdf, PciAddress) else parse_address(bdf)
+
+
+def device_dir(
+    bdf: str | PciAddress, sysfs_root: str | os.PathLike[str] = "/sys"
+) -> Path:
+    """/sys/bus/pci/devices/<dddd:bb:dd.f>, which must exist."""
+    addr = _address(bdf)
+    path = Path(sysfs_root, "bus/pci/devices", str(addr))
+    if not path.is_dir():
+        raise NoSuchPciDevice(f"no PCI device {addr} (see lspci)")
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    index: int
+    start: int
+    end: int
+    flags: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start + 1
+
+    @property
+    def prefetchable(self) -> bool:
+        return bool(self.flags & IORESOURCE_PREFETCH)
+
+    @property
+    def is_64bit(self) -> bool:
+        return bool(self.flags & IORESOURCE_MEM_64)
+
+
+def _resources(path: Path, addr: PciAddress) -> list[tuple[int, int, int]]:
+    """The lines of the sysfs `resource` file: start end flags, hex."""
+    try:
+        text = (path / "resource").read_text()
+    except FileNotFoundError:
+        raise NoSuchPciDevice(f"no PCI device {addr} (see lspci)") from None
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        try:
+            start, end, flags = (int(f, 16) for f in line.split())
+        except ValueError:
+            raise PciError(
+                f"{path / 'resource'} line {lineno} malformed: {line!r}"
+            ) from None
+        rows.append((start, end, flags))
+    return rows
+
+
+def device_bars(
+    bdf: str | PciAddress, sysfs_root: str | os.PathLike[str] = "/sys"
+) -> list[Bar]:
+    """The assigned memory BARs (0-5) of a device: I/O, empty, unassigned or
+    disabled ones and the expansion ROM are left out."""
+    addr = _address(bdf)
+    path = device_dir(addr, sysfs_root)
+    bars = []
+    for index, (start, end, flags) in enumerate(
+        _resources(path, addr)[:PCI_STD_NUM_BARS]
+    ):
+        if not flags & IORESOURCE_MEM or flags & (
+            IORESOURCE_UNSET | IORESOURCE_DISABLED
+        ):
+            continue
+        if start == 0 or end <= start:
+            continue
+        bars.append(Bar(index, start, end, flags))
+    if not bars:
+        raise NoMemoryBars(f"PCI device {addr} has no memory BARs: nothing to trace")
+    return bars
+
+
+def driver_name(
+    bdf: str | PciAddress, sysfs_root: str | os.PathLike[str] = "/sys"
+) -> str | None:
+    """The name of the driver bound to the device, or None."""
+    link = device_dir(bdf, sysfs_root) / "driver"
+    try:
+        return Path(os.readlink(link)).name
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,446 @@
+"""Render records as the kernel's mmiotrace text, format 20070824, byte for byte.
+
+Pure functions for each kind of line, plus `Renderer`, which holds the options,
+counts what it saw and has a fast batch path for access records.
+
+The output is `str`; marker text that is not UTF-8 is decoded with
+"surrogateescape", so `text.encode(ENCODING, ERRORS)` gives back the exact bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import struct
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
+from mmiotrace_ng.records import (
+    VALID_OPS,
+    BadRecord,
+    NgRecAccess,
+    NgRecMap,
+    NgRecMark,
+    NgRecType,
+    NgRecUnmap,
+    Record,
+    mark_text,
+    parse,
+    unpacker,
+)
+
+ENCODING: Final = "utf-8"
+ERRORS: Final = "surrogateescape"
+
+VERSION_LINE: Final = "VERSION 20070824\n"
+USEC_PER_SEC: Final = 1_000_000
+_U32: Final = 0xFFFF_FFFF
+_U64: Final = 0xFFFF_FFFF_FFFF_FFFF
+
+# The format strings of kernel/trace/trace_mmiotrace.c (Linux 6.1) with the C
+# length modifiers dropped (Python's % has no "ll"); the C argument types are
+# reproduced by the callers (secs is a 32-bit `unsigned`, see format_ts).
+FMT_TS: Final = "%u.%06u"  # the "%u.%06lu" of every timed line
+FMT_PCIDEV_HEAD: Final = "PCIDEV %02x%02x %04x%04x %x"  # mmio_print_pcidev, l. 68
+FMT_PCIDEV_NUM: Final = " %x"  # l. 73 and l. 80, 7 times each
+FMT_R: Final = "R %d %u.%06u %d 0x%x 0x%x 0x%x %d\n"  # mmio_print_rw, l. 181
+FMT_W: Final = "W %d %u.%06u %d 0x%x 0x%x 0x%x %d\n"  # l. 188
+FMT_UNKNOWN: Final = "UNKNOWN %u.%06u %d 0x%x %02x,%02x,%02x 0x%x %d\n"  # l. 195
+FMT_MAP: Final = "MAP %u.%06u %d 0x%x 0x%x 0x%x 0x%x %d\n"  # mmio_print_map, l. 226
+FMT_UNMAP: Final = "UNMAP %u.%06u %d 0x%x %d\n"  # l. 233
+FMT_MARK: Final = "MARK %u.%06u %s"  # mmio_print_mark, l. 255
+FMT_LOST: Final = "MARK 0.000000 Lost %u events.\n"  # mmio_read, l. 142
+
+PCI_REGION_FLAG_MASK: Final = 0x0F  # include/linux/pci.h
+PCI_NUM_PRINTED_RESOURCES: Final = 7  # BARs 0-5 and the ROM
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """compat: print what the kernel's mmiotrace would (compat_op/width/value).
+    show_pc: print the instruction address instead of 0x0 (the kernel's
+    trace_pc=1 does so for R/W/UNKNOWN only; in compat mode MAP/UNMAP keep 0x0).
+    show_pid: print the pid instead of 0 (the kernel always prints 0)."""
+
+    compat: bool = False
+    show_pc: bool = False
+    show_pid: bool = False
+
+
+DEFAULT_OPTIONS: Final = Options()
+
+
+def header() -> str:
+    """The first line of every stream."""
+    return VERSION_LINE
+
+
+def ts_parts(ns: int) -> tuple[int, int]:
+    """(secs, usecs) as the kernel prints them: ns2usecs() rounds to the nearest
+    microsecond in u64 arithmetic (kernel/trace/trace.c), do_div splits off the
+    seconds, which are then truncated to a 32-bit `unsigned`."""
+    usecs = ((ns + 500) & _U64) // 1000
+    return (usecs // USEC_PER_SEC) & _U32, usecs % USEC_PER_SEC
+
+
+def format_ts(ns: int) -> str:
+    """`%u.%06lu` of a timestamp in nanoseconds."""
+    return FMT_TS % ts_parts(ns)
+
+
+def lost_line(n: int) -> str:
+    return FMT_LOST % n
+
+
+def _pc_pid(
+    ip: int, pid: int, opts: Options, pc_allowed: bool = True
+) -> tuple[int, int]:
+    return (ip if opts.show_pc and pc_allowed else 0, pid if opts.show_pid else 0)
+
+
+def access_line(rec: NgRecAccess, opts: Options = DEFAULT_OPTIONS) -> str:
+    """The R, W or UNKNOWN line of an access record."""
+    secs, usecs = ts_parts(rec.hdr.ts_ns)
+    pc, pid = _pc_pid(rec.ip, rec.pid, opts)
+    if opts.compat:
+        op, width, value = rec.compat_op, rec.compat_width, rec.compat_value
+        unknown = ((value >> 16) & 0xFF, (value >> 8) & 0xFF, value & 0xFF)
+    else:
+        op, width, value = rec.op, rec.width, rec.value
+        unknown = (rec.insn[0], rec.insn[1], rec.insn[2])
+    if op == MMIOTNG_OP_READ:
+        return FMT_R % (width, secs, usecs, rec.map_id, rec.phys, value, pc, pid)
+    if op == MMIOTNG_OP_WRITE:
+        return FMT_W % (width, secs, usecs, rec.map_id, rec.phys, value, pc, pid)
+    if op == MMIOTNG_OP_UNKNOWN:
+        return FMT_UNKNOWN % (secs, usecs, rec.map_id, rec.phys, *unknown, pc, pid)
+    raise BadRecord(f"NG_REC_ACCESS with op {op}")
+
+
+def map_line(rec: NgRecMap, opts: Options = DEFAULT_OPTIONS) -> str:
+    secs, usecs = ts_parts(rec.hdr.ts_ns)
+    pc, pid = _pc_pid(rec.ip, rec.pid, opts, pc_allowed=not opts.compat)
+    return FMT_MAP % (secs, usecs, rec.map_id, rec.phys, rec.virt, rec.len, pc, pid)
+
+
+def unmap_line(rec: NgRecUnmap, opts: Options = DEFAULT_OPTIONS) -> str:
+    secs, usecs = ts_parts(rec.hdr.ts_ns)
+    pc, pid = _pc_pid(rec.ip, rec.pid, opts, pc_allowed=not opts.compat)
+    return FMT_UNMAP % (secs, usecs, rec.map_id, pc, pid)
+
+
+def mark_line(rec: NgRecMark) -> str:
+    """As tracing_mark_write() stores it (a newline added unless the written
+    text ends in one) and mmio_print_mark() prints it (%s: up to a NUL)."""
+    text = mark_text(rec)
+    if not text.endswith(b"\n"):
+        text += b"\n"
+    text = text.split(b"\0", 1)[0]
+    secs, usecs = ts_parts(rec.hdr.ts_ns)
+    return FMT_MARK % (secs, usecs, text.decode(ENCODING, ERRORS))
+
+
+def record_text(rec: Record, opts: Options = DEFAULT_OPTIONS) -> str:
+    """The text of one parsed record: the lost-events marker if the record says
+    events were dropped before it, then its line."""
+    lost = lost_line(rec.hdr.lost) if rec.hdr.lost else ""
+    if isinstance(rec, NgRecAccess):
+        return lost + access_line(rec, opts)
+    if isinstance(rec, NgRecMap):
+        return lost + map_line(rec, opts)
+    if isinstance(rec, NgRecUnmap):
+        return lost + unmap_line(rec, opts)
+    return lost + mark_line(rec)
+
+
+def pcidev_lines(proc_bus_pci_devices_text: str) -> list[str]:
+    """PCIDEV lines from the text of /proc/bus/pci/devices.
+
+    drivers/pci/proc.c show_device() prints the same numbers as
+    mmio_print_pcidev() (starts OR'ed with flags & PCI_REGION_FLAG_MASK, sizes
+    end - start + 1 or 0, the driver name), tab separated and padded, in the
+    same device order (both walk pci_get_device()); only the layout differs.
+    """
+    lines = []
+    for lineno, line in enumerate(proc_bus_pci_devices_text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t", 3 + 2 * PCI_NUM_PRINTED_RESOURCES)
+        nums = fields[: 3 + 2 * PCI_NUM_PRINTED_RESOURCES]
+        driver = (
+            fields[3 + 2 * PCI_NUM_PRINTED_RESOURCES] if len(fields) > len(nums) else ""
+        )
+        try:
+            if len(nums) != 3 + 2 * PCI_NUM_PRINTED_RESOURCES:
+                raise ValueError(f"{len(fields)} fields")
+            busdevfn, vendev, irq, *res = (int(f, 16) for f in nums)
+        except ValueError as e:
+            raise ValueError(
+                f"/proc/bus/pci/devices line {lineno} malformed ({e}): {line!r}"
+            ) from None
+        head = FMT_PCIDEV_HEAD % (
+            busdevfn >> 8,
+            busdevfn & 0xFF,
+            vendev >> 16,
+            vendev & 0xFFFF,
+            irq,
+        )
+        lines.append(
+            head + "".join(FMT_PCIDEV_NUM % n for n in res) + " " + driver + "\n"
+        )
+    return lines
+
+
+def stream_header(proc_bus_pci_devices_text: str) -> str:
+    """VERSION line and PCIDEV lines: what the kernel prints before any record."""
+    return VERSION_LINE + "".join(pcidev_lines(proc_bus_pci_devices_text))
+
+
+# --- fast path for access records -------------------------------------------
+
+# The four u8 fields width, op, compat_width, compat_op are read as one u32 and
+# looked up in a table of the combinations the fast path renders.
+_OPBYTES_OFFSET: Final = NgRecAccess.width.offset
+if [
+    NgRecAccess.op.offset,
+    NgRecAccess.compat_width.offset,
+    NgRecAccess.compat_op.offset,
+] != [
+    _OPBYTES_OFFSET + 1,
+    _OPBYTES_OFFSET + 2,
+    _OPBYTES_OFFSET + 3,
+]:
+    raise ImportError(
+        "ng_rec_access: width/op/compat_width/compat_op are no longer adjacent"
+    )
+
+_FAST_WIDTHS: Final = (1, 2, 4, 8)
+# secs < 2**32 and ts + 500 < 2**64 below this: no masking needed
+_FAST_TS_LIMIT: Final = (1 << 32) * USEC_PER_SEC * 1000 - 500
+_PC_PID_TAIL: Final = " 0x%x %d\n"
+
+
+def _fast_formats(opts: Options) -> dict[int, str]:
+    """u32 of (width, op, compat_width, compat_op) -> the R/W format with the
+    width (and, unless shown, pc and pid) filled in."""
+    if opts.show_pc or opts.show_pid:
+        tail = (
+            " "
+            + ("0x%x" if opts.show_pc else "0x0%.0s")
+            + " "
+            + ("%d" if opts.show_pid else "0%.0s")
+            + "\n"
+        )
+    else:
+        tail = " 0x0 0\n"
+    table = {}
+    for op, fmt in ((MMIOTNG_OP_READ, FMT_R), (MMIOTNG_OP_WRITE, FMT_W)):
+        assert fmt.endswith(_PC_PID_TAIL) and fmt[1:5] == " %d "
+        for width in _FAST_WIDTHS:
+            line = fmt[0] + " " + str(width) + " " + fmt[5 : -len(_PC_PID_TAIL)] + tail
+            sel = width | op << 8
+            for other_op in VALID_OPS:
+                for other_width in range(256):
+                    other = other_width | other_op << 8
+                    key = (
+                        (other << 16 | sel) if not opts.compat else (sel << 16 | other)
+                    )
+                    table[key] = line
+    return table
+
+
+class Renderer:
+    """Renders raw records with fixed options and counts them.
+
+    counts: records rendered, by type; lost: events the records said were
+    dropped; bad: records rejected as corrupt (last_error says why)."""
+
+    def __init__(
+        self, compat: bool = False, show_pc: bool = False, show_pid: bool = False
+    ) -> None:
+        self.options = Options(compat, show_pc, show_pid)
+        self.counts: dict[NgRecType, int] = dict.fromkeys(NgRecType, 0)
+        self.lost = 0
+        self.bad = 0
+        self.last_error: str | None = None
+        value = "compat_value" if compat else "value"
+        self._fast = unpacker(
+            NgRecAccess,
+            [
+                "hdr.ts_ns",
+                "hdr.lost",
+                "hdr.type",
+                "phys",
+                value,
+                "ip",
+                "map_id",
+                "pid",
+                ("width", "I"),
+            ],
+        )
+        self._formats = _fast_formats(self.options)
+        self._extended = show_pc or show_pid
+
+    def stats(self) -> dict[str, int]:
+        out = {
+            t.name.removeprefix("NG_REC_").lower(): n for t, n in self.counts.items()
+        }
+        out.update(lost=self.lost, bad=self.bad)
+        return out
+
+    def feed(self, raw: bytes | bytearray | memoryview) -> str:
+        """Text for one raw record ("" for a bad one, which is counted)."""
+        try:
+            rec = parse(raw)
+            text = record_text(rec, self.options)
+        except BadRecord as e:
+            self.bad += 1
+            self.last_error = str(e)
+            return ""
+        self.counts[NgRecType(rec.hdr.type)] += 1
+        self.lost += rec.hdr.lost
+        return text
+
+    def feed_batch(self, raws: Iterable[bytes | bytearray | memoryview]) -> str:
+        """Text for many raw records, in order; same result as feed() on each."""
+        seq: Sequence[bytes | bytearray | memoryview] = (
+            raws if isinstance(raws, (list, tuple)) else list(raws)
+        )
+        if self._extended:
+            text, fast = self._batch_extended(seq)
+        else:
+            text, fast = self._batch_default(seq)
+        self.counts[NgRecType.NG_REC_ACCESS] += fast
+        return text
+
+    # The two loops differ only in the arguments of the format (pc and pid).
+    # Records the fast path does not take (other sizes or types, lost > 0, ops
+    # or widths not in the table, absurd timestamps) go through feed().
+    def _batch_default(
+        self, seq: Sequence[bytes | bytearray | memoryview]
+    ) -> tuple[str, int]:
+        unpack, get, feed, error = (
+            self._fast.unpack,
+            self._formats.get,
+            self.feed,
+            struct.error,
+        )
+        access, limit = int(NgRecType.NG_REC_ACCESS), _FAST_TS_LIMIT
+        out: list[str] = []
+        add = out.append
+        slow = 0
+        for raw in seq:
+            try:
+                ts, lost, rtype, phys, value, _ip, map_id, _pid, opbytes = unpack(raw)
+            except error:  # not the size of an access record
+                slow += 1
+                add(feed(raw))
+                continue
+            fmt = get(opbytes)
+            if fmt is not None and rtype == access and not lost and ts < limit:
+                ts += 500  # ns2usecs() rounding; then secs and usecs
+                add(
+                    fmt
+                    % (ts // 1_000_000_000, ts // 1000 % 1_000_000, map_id, phys, value)
+                )
+            else:
+                slow += 1
+                add(feed(raw))
+        return "".join(out), len(seq) - slow
+
+    def _batch_extended(
+        self, seq: Sequence[bytes | bytearray | memoryview]
+    ) -> tuple[str, int]:
+        unpack, get, feed, error = (
+            self._fast.unpack,
+            self._formats.get,
+            self.feed,
+            struct.error,
+        )
+        access, limit = int(NgRecType.NG_REC_ACCESS), _FAST_TS_LIMIT
+        out: list[str] = []
+        add = out.append
+        slow = 0
+        for raw in seq:
+            try:
+                ts, lost, rtype, phys, value, ip, map_id, pid, opbytes = unpack(raw)
+            except error:
+                slow += 1
+                add(feed(raw))
+                continue
+            fmt = get(opbytes)
+            if fmt is not None and rtype == access and not lost and ts < limit:
+                ts += 500
+                add(
+                    fmt
+                    % (
+                        ts // 1_000_000_000,
+                        ts // 1000 % 1_000_000,
+                        map_id,
+                        phys,
+                        value,
+                        ip,
+                        pid,
+                    )
+                )
+            else:
+                slow += 1
+                add(feed(raw))
+        return "".join(out), len(seq) - slow
+
+
+def render_batch(
+    raws: Iterable[bytes | bytearray | memoryview],
+    compat: bool = False,
+    show_pc: bool = False,
+    show_pid: bool = False,
+) -> str:
+    """Text of many raw records with a throwaway Renderer (bad records dropped)."""
+    return Renderer(compat, show_pc, show_pid).feed_batch(raws)
+
+
+def synthetic_access_records(n: int, seed: int = 1) -> list[bytes]:
+    """n plausible access records (alternating 32-bit reads and writes)."""
+    rng = random.Random(seed)
+    out = []
+    ts = 27_262_255_123
+    rec = NgRecAccess()
+    rec.hdr.type = NgRecType.NG_REC_ACCESS
+    rec.map_id = 1
+    rec.ip = 0xFFFF_FFFF_C000_1234
+    rec.width = rec.compat_width = 4
+    rec.insn_len = 2
+    rec.insn[0] = 0x8B
+    for i in range(n):
+        ts += rng.randrange(100, 50_000)
+        rec.hdr.ts_ns = ts
+        rec.phys = 0xFEA0_0000 + 4 * (i % 64)
+        rec.value = rec.compat_value = rng.getrandbits(32)
+        rec.op = rec.compat_op = i & 1
+        out.append(bytes(rec))
+    return out
+
+
+def bench_render(
+    n: int = 200_000,
+    compat: bool = False,
+    show_pc: bool = False,
+    show_pid: bool = False,
+    repeat: int = 5,
+) -> float:
+    """Access records per second of Renderer.feed_batch: the best of `repeat`
+    runs, in CPU time of this process (one core; other load does not count)."""
+    raws = synthetic_access_records(n)
+    assert len(raws[0]) == ctypes.sizeof(NgRecAccess)
+    best = float("inf")
+    for _ in range(repeat):
+        renderer = Renderer(compat, show_pc, show_pid)
+        start = time.process_time()
+        text = renderer.feed_batch(raws)
+        best = min(best, time.process_time() - start)
+        if text.count("\n") != n or renderer.counts[NgRecType.NG_REC_ACCESS] != n:
+            raise RuntimeError("bench_render: wrong output")
+    return n / best
