@@ -73,6 +73,10 @@ unsigned int ng_nr_filters(void);
 void ng_wait_steps(void);
 void ng_get_stats(struct ng_stats *sum);
 bool ng_kernel_mmiotrace_active(void);
+bool ng_session_active(void);
+void mmiotng_mark_hook(const char *text, u32 len);
+int ng_hooks_init(void);
+void ng_hooks_exit(void);
 
 int ng_nl_init(void);
 void ng_nl_exit(void);

@@ -7,6 +7,7 @@
  * 1. The access hook.  For every traced access the module calls the
  *    noinline function mmiotng_access_hook(const struct mmiotng_access *a);
  *    the BPF side attaches a kprobe there and copies *a.
+ *    Writes to trace_marker reach mmiotng_mark_hook() the same way.
  * 2. The generic-netlink family MMIOTNG_GENL_NAME: commands and attributes.
  */
 #ifndef MMIOTNG_ABI_H
@@ -15,6 +16,10 @@
 #include <linux/types.h>
 
 #define MMIOTNG_HOOK_SYMBOL	"mmiotng_access_hook"
+/* mmiotng_mark_hook(const char *text, __u32 len): a trace_marker write;
+ * text points to MMIOTNG_MARK_MAX readable bytes, len <= MMIOTNG_MARK_MAX */
+#define MMIOTNG_MARK_HOOK_SYMBOL	"mmiotng_mark_hook"
+#define MMIOTNG_MARK_MAX	1024
 #define MMIOTNG_INSN_BYTES	8
 
 /* enum mmiotng_op: what an access did */

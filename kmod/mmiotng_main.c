@@ -1047,10 +1047,6 @@ static int __init ng_init(void)
 {
 	int ret;
 
-	if (ng_kernel_mmiotrace_active()) {
-		pr_err("the kernel's own mmiotrace is active; stop it first (echo nop > /sys/kernel/tracing/current_tracer)\n");
-		return -EBUSY;
-	}
 	ret = register_die_notifier(&ng_die_nb);
 	if (ret)
 		return ret;
@@ -1069,11 +1065,16 @@ static int __init ng_init(void)
 		pr_err("cannot probe %s: %d\n", ng_ioremap_probe.kp.symbol_name, ret);
 		goto err_iounmap;
 	}
-	ret = ng_nl_init();
+	ret = ng_hooks_init();
 	if (ret)
 		goto err_ioremap;
+	ret = ng_nl_init();
+	if (ret)
+		goto err_hooks;
 	return 0;
 
+err_hooks:
+	ng_hooks_exit();
 err_ioremap:
 	unregister_kretprobe(&ng_ioremap_probe);
 err_iounmap:
@@ -1089,6 +1090,7 @@ static void __exit ng_exit(void)
 {
 	/* no new commands, then nothing armed, then no probes */
 	ng_nl_exit();
+	ng_hooks_exit();
 	mutex_lock(&ng_mutex);
 	ng_disarm_all();
 	mutex_unlock(&ng_mutex);

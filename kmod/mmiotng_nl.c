@@ -13,7 +13,6 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/module.h>
-#include <linux/fs.h>
 #include <linux/netlink.h>
 #include <linux/notifier.h>
 #include <net/genetlink.h>
@@ -21,32 +20,12 @@
 #include "mmiotng.h"
 
 static u32 ng_owner;	/* netlink port id of the controller; ng_mutex */
-static struct genl_family ng_family;
 
-/* Whether the kernel's own mmiotrace is the current tracer. */
-bool ng_kernel_mmiotrace_active(void)
+bool ng_session_active(void)
 {
-	static const char * const paths[] = {
-		"/sys/kernel/tracing/current_tracer",
-		"/sys/kernel/debug/tracing/current_tracer",
-	};
-	char buf[16] = "";
-	unsigned int i;
-
-	for (i = 0; i < ARRAY_SIZE(paths); i++) {
-		struct file *f = filp_open(paths[i], O_RDONLY, 0);
-		loff_t pos = 0;
-		ssize_t n;
-
-		if (IS_ERR(f))
-			continue;
-		n = kernel_read(f, buf, sizeof(buf) - 1, &pos);
-		filp_close(f, NULL);
-		if (n > 0)
-			return !strncmp(buf, "mmiotrace", 9);
-	}
-	return false;
+	return READ_ONCE(ng_owner) != 0;
 }
+static struct genl_family ng_family;
 
 /* Make the sender the owner, or refuse if someone else is. */
 static int ng_claim(struct genl_info *info)
