@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * mmiotrace-ng BPF programs (compiled by bcc at start-up).
+ *
+ * - ioremap family entry/return -> MAP for mappings that overlap a traced
+ *   range (every mapping with NG_ALL), with map ids counted from 1;
+ * - iounmap entry -> UNMAP;
+ * - the helper's mmiotng_access_hook() -> one access record (R/W/UNKNOWN);
+ * - the helper's mmiotng_mark_hook() (trace_marker writes) -> MARK.
+ *
+ * Everything goes into one ring buffer.  A failed reserve counts a drop on
+ * this CPU; the next record of the CPU carries the count in hdr.lost, so
+ * the loader prints "Lost N events" where the loss happened.
+ *
+ * The loader defines: NG_RINGBUF_PAGES, NG_ALL (0/1), NG_NR_RANGES and
+ * NG_RANGES ({start, end} pairs, end exclusive) and includes the headers'
+ * directories.
+ */
+#include <uapi/linux/ptrace.h>
+#include <linux/types.h>
+
+#include "mmiotrace_ng.h"
+#include "mmiotng_abi.h"
+
+struct ng_range {
+	u64 start;
+	u64 end;
+};
+
+struct ng_ioremap_args {
+	u64 phys;
+	u64 size;
+};
+
+BPF_RINGBUF_OUTPUT(events, NG_RINGBUF_PAGES);
+/* [0]: records dropped in all; [1]: dropped since this CPU's last record */
+BPF_PERCPU_ARRAY(drops, u64, 2);
+BPF_ARRAY(next_map_id, u32, 1);
+/* ids being handed out: an insert that fails tells the id is taken */
+BPF_HASH(claimed_ids, u32, u8, 64);
+BPF_HASH(ioremap_args, u64, struct ng_ioremap_args, 1024);
+BPF_HASH(map_ids, u64, s32, 4096);
+
+static __always_inline void *ng_reserve(u32 size, u16 type)
+{
+	struct ng_rec_hdr *hdr = events.ringbuf_reserve(size);
+	int total = 0, pending = 1;
+	u64 *t, *p;
+
+	p = drops.lookup(&pending);
+	if (!hdr) {
+		t = drops.lookup(&total);
+		if (t)
+			(*t)++;
+		if (p)
+			(*p)++;
+		return 0;
+	}
+	hdr->ts_ns = bpf_ktime_get_ns();
+	hdr->type = type;
+	hdr->cpu = bpf_get_smp_processor_id();
+	hdr->lost = 0;
+	if (p) {
+		hdr->lost = *p;
+		*p = 0;
+	}
+	return hdr;
+}
+
+/*
+ * The next map id, counted from 1.  This kernel's BPF has no fetch-and-add
+ * with a result, so an id is claimed by inserting it into claimed_ids:
+ * the insert of the loser of a race fails and it tries the next id.
+ */
+static __always_inline s32 ng_new_map_id(void)
+{
+	int zero = 0, i;
+	u32 *ctr = next_map_id.lookup(&zero);
+	u32 id, old;
+	u8 one = 1;
+
+	if (!ctr)
+		return -1;
+	id = *ctr;
+#pragma unroll
+	for (i = 0; i < 8; i++) {
+		id++;
+		if (claimed_ids.insert(&id, &one) == 0) {
+			if (*ctr < id)
+				*ctr = id;
+			old = id - 32;
+			claimed_ids.delete(&old);
+			return id;
+		}
+	}
+	return -1;
+}
+
+static __always_inline int ng_traced_range(u64 phys, u64 size)
+{
+#if NG_ALL
+	return 1;
+#else
+	struct ng_range ranges[NG_NR_RANGES] = NG_RANGES;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < NG_NR_RANGES; i++)
+		if (phys < ranges[i].end && ranges[i].start < phys + size)
+			return 1;
+	return 0;
+#endif
+}
+
+int on_ioremap_entry(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct ng_ioremap_args a = {
+		.phys = PT_REGS_PARM1(ctx),
+		.size = PT_REGS_PARM2(ctx),
+	};
+
+	if (!ng_traced_range(a.phys, a.size))
+		return 0;
+	ioremap_args.update(&id, &a);
+	return 0;
+}
+
+int on_ioremap_return(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct ng_ioremap_args *a = ioremap_args.lookup(&id);
+	u64 virt = PT_REGS_RC(ctx);
+	struct ng_rec_map *r;
+	s32 map_id;
+
+	if (!a)
+		return 0;
+	if (!virt)
+		goto out;
+	map_id = ng_new_map_id();
+	map_ids.update(&virt, &map_id);
+	r = ng_reserve(sizeof(*r), NG_REC_MAP);
+	if (!r)
+		goto out;
+	r->phys = a->phys;
+	r->virt = virt;
+	r->len = a->size;
+	r->ip = 0;
+	r->map_id = map_id;
+	r->pid = id;
+	events.ringbuf_submit(r, 0);
+out:
+	ioremap_args.delete(&id);
+	return 0;
+}
+
+int on_iounmap(struct pt_regs *ctx)
+{
+	u64 virt = PT_REGS_PARM1(ctx);
+	s32 *found = map_ids.lookup(&virt);
+	struct ng_rec_unmap *r;
+	s32 map_id = -1;
+
+	if (found) {
+		map_id = *found;
+		map_ids.delete(&virt);
+	} else if (!NG_ALL) {
+		return 0;
+	}
+	r = ng_reserve(sizeof(*r), NG_REC_UNMAP);
+	if (!r)
+		return 0;
+	r->virt = virt;
+	r->ip = 0;
+	r->map_id = map_id;
+	r->pid = bpf_get_current_pid_tgid();
+	events.ringbuf_submit(r, 0);
+	return 0;
+}
+
+int on_access(struct pt_regs *ctx)
+{
+	const struct mmiotng_access *a = (const void *)PT_REGS_PARM1(ctx);
+	struct mmiotng_access acc;
+	struct ng_rec_access *r;
+	s32 *map_id;
+
+	if (bpf_probe_read_kernel(&acc, sizeof(acc), a))
+		return 0;
+	r = ng_reserve(sizeof(*r), NG_REC_ACCESS);
+	if (!r)
+		return 0;
+	map_id = map_ids.lookup(&acc.map_virt);
+	r->map_id = map_id ? *map_id : -1;
+	r->phys = acc.phys;
+	r->value = acc.value;
+	r->compat_value = acc.compat_value;
+	r->ip = acc.ip;
+	r->pid = bpf_get_current_pid_tgid();
+	r->width = acc.width;
+	r->op = acc.op;
+	r->compat_width = acc.compat_width;
+	r->compat_op = acc.compat_op;
+	r->insn_len = acc.insn_len;
+	r->flags = acc.flags;
+	__builtin_memcpy(r->insn, acc.insn, sizeof(r->insn));
+	events.ringbuf_submit(r, 0);
+	return 0;
+}
+
+int on_mark(struct pt_regs *ctx)
+{
+	const char *text = (const char *)PT_REGS_PARM1(ctx);
+	u32 len = PT_REGS_PARM2(ctx);
+	struct ng_rec_mark *r;
+
+	r = ng_reserve(sizeof(*r), NG_REC_MARK);
+	if (!r)
+		return 0;
+	if (len > NG_MARK_MAX)
+		len = NG_MARK_MAX;
+	r->len = len;
+	r->pid = bpf_get_current_pid_tgid();
+	/* the helper's buffer always holds NG_MARK_MAX bytes */
+	bpf_probe_read_kernel(r->text, NG_MARK_MAX, text);
+	events.ringbuf_submit(r, 0);
+	return 0;
+}

@@ -1,0 +1,308 @@
+"""mmiotrace-ng: trace the MMIO accesses of PCI devices in mmiotrace's text format."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from . import pci
+from .abi import MMIOTNG_MODE_SINGLESTEP
+from .loader import LoaderError, Probes, Ranges, monotonic_ns
+from .render import Renderer, lost_line, map_line, stream_header
+
+EXIT_USAGE = 2
+TRACING = Path("/sys/kernel/tracing")
+LOCK_PATH = "/run/mmiotrace-ng.lock"
+EXAMPLES = """examples:
+  mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
+  mmiotrace-ng --pci 01:00.0 -- modprobe nouveau # trace while a command runs
+  mmiotrace-ng --pci 0000:00:02.0 --pci 03:00.0 -o dump.txt
+  mmiotrace-ng --all -- modprobe e1000           # every ioremap, like the kernel's tracer
+  mmiotrace-ng --pci 01:00.0 --compat           # UNKNOWN where the kernel's decoder gives up
+  mmiotrace-ng mark "X is up"                    # a MARK line in the running trace
+  echo "X is up" > /sys/kernel/tracing/trace_marker   # the same
+
+Exit status: the command's status with -- CMD, 0 after Ctrl-C/SIGTERM,
+2 for bad input or an environment that cannot trace.
+"""
+
+
+class UsageError(Exception):
+    """Bad input or an unusable environment: message, exit status 2."""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="mmiotrace-ng",
+        description="Trace every MMIO access of PCI devices (ioremap, reads, writes, "
+                    "iounmap) with all CPUs online, printing the kernel mmiotrace "
+                    "format 20070824.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pci", action="append", default=[], metavar="BDF",
+                    help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable)")
+    ap.add_argument("--all", action="store_true",
+                    help="MAP/UNMAP every ioremap in the system, as the kernel's tracer does")
+    ap.add_argument("-o", "--output", metavar="FILE", help="write the trace here, not stdout")
+    ap.add_argument("--compat", action="store_true",
+                    help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
+    ap.add_argument("--pc", action="store_true", help="print instruction addresses")
+    ap.add_argument("--pid", action="store_true", help="print process ids")
+    ap.add_argument("--buffer-size-kb", type=int, default=16384, metavar="KB",
+                    help="ring buffer size (default 16384)")
+    ap.add_argument("--no-existing", action="store_true",
+                    help="do not trace mappings that exist before the start")
+    ap.add_argument("--singlestep", action="store_true",
+                    help="single-step every access instead of emulating (slow; for tests)")
+    ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER,
+                    help="-- CMD ARGS: run CMD once tracing is armed, stop when it exits")
+    args = ap.parse_args(argv)
+    if args.cmd and args.cmd[0] == "--":
+        args.cmd = args.cmd[1:]
+    elif args.cmd:
+        ap.error(f"unexpected argument {args.cmd[0]!r} (put the command after --)")
+    if not args.pci and not args.all:
+        ap.error("nothing to trace: give --pci BDF (or --all)")
+    if args.buffer_size_kb < 4:
+        ap.error("--buffer-size-kb must be at least 4")
+    return args
+
+
+def check_environment() -> None:
+    if os.geteuid() != 0:
+        raise UsageError("must be run as root (it loads a kernel module and BPF programs)")
+    if not Path("/sys/kernel/debug/kprobes").exists() and not Path(
+            "/sys/bus/event_source/devices/kprobe").exists():
+        raise UsageError("this kernel has no kprobes (CONFIG_KPROBES)")
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        raise UsageError("this kernel has no BTF (CONFIG_DEBUG_INFO_BTF)")
+    if kernel_mmiotrace_active():
+        raise UsageError("the kernel's own mmiotrace is active; stop it first: "
+                         "echo nop > /sys/kernel/tracing/current_tracer")
+
+
+def kernel_mmiotrace_active() -> bool:
+    for base in (TRACING, Path("/sys/kernel/debug/tracing")):
+        try:
+            return (base / "current_tracer").read_text().strip() == "mmiotrace"
+        except OSError:
+            continue
+    return False
+
+
+def single_instance() -> int:
+    """Hold a lock for this run; UsageError if another instance holds it."""
+    fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            raise UsageError("another mmiotrace-ng is running") from None
+        raise
+    return fd
+
+
+@dataclass
+class Existing:
+    virt: int
+    size: int
+    phys: int
+
+
+def existing_mappings(ranges: list[tuple[int, int]],
+                      vmallocinfo: str = "/proc/vmallocinfo") -> list[Existing]:
+    """ioremap areas of the traced ranges that exist now."""
+    found = []
+    with open(vmallocinfo) as fh:
+        for line in fh:
+            fields = line.split()
+            if "ioremap" not in fields:
+                continue
+            phys = next((int(f[5:], 16) for f in fields if f.startswith("phys=")), None)
+            if phys is None:
+                continue
+            start, _, end = fields[0].partition("-")
+            virt, size = int(start, 16), int(fields[1]) - 4096   # less the guard page
+            for lo, hi in ranges:
+                if lo <= phys < hi:
+                    found.append(Existing(virt, min(size, hi - phys), phys))
+    return found
+
+
+class Session:
+    """One tracing run: helper filters, BPF probes, output."""
+
+    def __init__(self, args: argparse.Namespace, out: BinaryIO) -> None:
+        self.args = args
+        self.out = out
+        self.renderer = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
+        self.stop = False
+        self.helper = None
+        self.probes: Probes | None = None
+
+    def write(self, text: str) -> None:
+        if text:
+            self.out.write(text.encode())
+
+    def start(self, ranges: list[tuple[int, int]]) -> None:
+        from .netlink import HelperError, HelperSocket
+
+        try:
+            self.helper = HelperSocket()
+            for lo, hi in ranges:
+                self.helper.filter_add(lo, hi - lo)
+            if self.args.singlestep:
+                self.helper.set_mode(MMIOTNG_MODE_SINGLESTEP)
+        except HelperError as exc:
+            if exc.errno == errno.EBUSY:
+                raise UsageError(f"the helper is busy: {exc}") from exc
+            raise UsageError(f"the helper refused: {exc}") from exc
+        self.probes = Probes(Ranges(ranges, self.args.all), self.args.buffer_size_kb)
+        self.write(stream_header(Path("/proc/bus/pci/devices").read_text()))
+        if not self.args.no_existing:
+            for m in existing_mappings(ranges):
+                try:
+                    self.helper.arm_existing(m.virt, m.size, m.phys)
+                except HelperError as exc:
+                    print(f"mmiotrace-ng: cannot trace the existing mapping at {m.virt:#x}: "
+                          f"{exc}", file=sys.stderr)
+                    continue
+                map_id = self.probes.add_mapping(m.virt)
+                self.write(map_line_now(map_id, m, self.renderer))
+
+    def pump(self, timeout_ms: int) -> None:
+        assert self.probes is not None
+        recs = self.probes.poll(timeout_ms)
+        if recs:
+            self.write(self.renderer.feed_batch(recs))
+            self.out.flush()
+
+    def finish(self) -> None:
+        if self.probes is not None:
+            self.write(self.renderer.feed_batch(self.probes.drain()))
+            total, pending = self.probes.drops()
+            if pending:
+                self.write(lost_line(pending))
+            self.renderer.lost = total
+            self.out.flush()
+
+    def close(self) -> None:
+        if self.helper is not None:
+            try:
+                self.helper.disarm_all()
+            except Exception:  # the socket close disarms too
+                pass
+            self.helper.close()
+            self.helper = None
+        if self.probes is not None:
+            self.probes.close()
+            self.probes = None
+
+
+def map_line_now(map_id: int, m: Existing, renderer: Renderer) -> str:
+    from .records import NgRecMap
+
+    rec = NgRecMap()
+    rec.hdr.ts_ns = monotonic_ns()
+    rec.phys, rec.virt, rec.len, rec.map_id = m.phys, m.virt, m.size, map_id
+    return map_line(rec, renderer.options)
+
+
+def trace(args: argparse.Namespace) -> int:
+    check_environment()
+    ranges: list[tuple[int, int]] = []
+    for bdf in args.pci:
+        try:
+            for bar in pci.device_bars(bdf):
+                ranges.append((bar.start, bar.end + 1))
+        except pci.PciError as exc:
+            raise UsageError(str(exc)) from exc
+    lock = single_instance()
+    from .kmodload import ensure_loaded
+
+    ensure_loaded(args.helper)
+    out: BinaryIO = open(args.output, "wb") if args.output else sys.stdout.buffer
+    session = Session(args, out)
+    status = 0
+
+    def on_signal(signum: int, frame: object) -> None:
+        session.stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        session.start(ranges)
+        out.flush()
+        print("mmiotrace-ng: ready, tracing " + (", ".join(args.pci) or "all mappings"),
+              file=sys.stderr, flush=True)
+        child = None
+        if args.cmd:
+            try:
+                child = subprocess.Popen(args.cmd)
+            except OSError as exc:
+                raise UsageError(f"cannot run {args.cmd[0]}: {exc.strerror}") from exc
+        while not session.stop:
+            session.pump(100)
+            if child is not None and child.poll() is not None:
+                status = child.returncode if child.returncode >= 0 else 128 - child.returncode
+                break
+        session.finish()
+    finally:
+        session.close()
+        os.close(lock)
+        if args.output:
+            out.close()
+    r = session.renderer
+    s = r.stats()
+    print(f"mmiotrace-ng: {sum(r.counts.values())} records (map {s['map']}, unmap "
+          f"{s['unmap']}, access {s['access']}, mark {s['mark']}), lost {r.lost}"
+          + (f", {r.bad} corrupt records skipped" if r.bad else ""), file=sys.stderr)
+    return status
+
+
+def mark(text: str) -> int:
+    try:
+        with open(TRACING / "trace_marker", "w") as fh:
+            fh.write(text + ("" if text.endswith("\n") else "\n"))
+    except OSError as exc:
+        raise UsageError(f"cannot write trace_marker: {exc.strerror}") from exc
+    return 0
+
+
+def status() -> int:
+    from .netlink import HelperError, HelperSocket
+
+    try:
+        with HelperSocket() as h:
+            st = h.status()
+    except HelperError as exc:
+        raise UsageError(str(exc)) from exc
+    for k, v in vars(st).items():
+        print(f"{k}: {v}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == ["mark"]:
+            if len(argv) < 2:
+                raise UsageError("usage: mmiotrace-ng mark TEXT")
+            return mark(" ".join(argv[1:]))
+        if argv[:1] == ["status"]:
+            return status()
+        return trace(parse_args(argv))
+    except (UsageError, LoaderError) as exc:
+        print(f"mmiotrace-ng: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,67 @@
+"""Find, build and load the mmiotng helper module."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .loader import LoaderError, source_dir
+
+MODULE = "mmiotng"
+
+
+def loaded() -> bool:
+    return Path(f"/sys/module/{MODULE}").is_dir()
+
+
+def _vermagic(ko: Path) -> str:
+    out = subprocess.run(["modinfo", "-F", "vermagic", str(ko)], capture_output=True, text=True)
+    return out.stdout.split(" ")[0].strip()
+
+
+def _insmod(ko: Path) -> None:
+    out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
+    if out.returncode:
+        raise LoaderError(f"insmod {ko} failed: {out.stderr.strip()} (see dmesg)")
+
+
+def _build(release: str) -> Path:
+    """Build the helper for this kernel in a private copy of kmod/."""
+    kdir = Path(f"/lib/modules/{release}/build")
+    if not kdir.is_dir():
+        raise LoaderError(f"the helper module is not built and there are no kernel headers "
+                          f"to build it: install linux-headers-{release}")
+    work = Path(os.environ.get("MMIOTNG_BUILD_DIR", f"/var/cache/mmiotrace-ng/kmod-{release}"))
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(source_dir("kmod"), work,
+                    ignore=shutil.ignore_patterns("*.o", "*.ko", "*.cmd", "*.mod*", ".*"))
+    print(f"mmiotrace-ng: building the helper module for {release} ...", file=sys.stderr)
+    out = subprocess.run(["make", "-C", str(kdir), f"M={work}", "modules"],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise LoaderError("building the helper module failed:\n" + out.stderr[-2000:])
+    return work / f"{MODULE}.ko"
+
+
+def ensure_loaded(explicit: str | None = None) -> None:
+    """Load the helper: --helper PATH, the checkout's build, DKMS, or a fresh build."""
+    if loaded():
+        return
+    release = os.uname().release
+    if explicit:
+        _insmod(Path(explicit))
+        return
+    try:
+        local = source_dir("kmod") / f"{MODULE}.ko"
+    except LoaderError:
+        local = None
+    if local and local.exists() and _vermagic(local) == release:
+        _insmod(local)
+        return
+    if subprocess.run(["modprobe", "-q", MODULE], capture_output=True).returncode == 0:
+        return
+    _insmod(_build(release))

@@ -1,0 +1,113 @@
+"""Generic-netlink client of the mmiotng helper module (pyroute2).
+
+The family, commands and attributes come from mmiotrace_ng.abi, the mirror of
+kmod/mmiotng_abi.h.  The socket that sends the first command owns the
+helper's session: when it closes (normally or because the process died) the
+helper disarms everything.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, genlmsg
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.generic import GenericNetlinkSocket
+
+from .abi import MMIOTNG_GENL_NAME, MMIOTNG_GENL_VERSION, MmiotngAttr, MmiotngCmd
+
+_TYPES = {
+    "MMIOTNG_A_UNSPEC": "none",
+    "MMIOTNG_A_MODE": "uint32",
+    "MMIOTNG_A_STAT_OWNER": "uint32",
+}
+
+
+class ngmsg(genlmsg):  # noqa: N801 (pyroute2's naming)
+    """A message of the mmiotrace_ng family; attribute names are the C names."""
+
+    nla_map = tuple((a.name, _TYPES.get(a.name, "uint64")) for a in sorted(MmiotngAttr))
+
+
+class HelperError(Exception):
+    """A command failed; errno and the helper's own message, if it gave one."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.errno = code
+
+
+@dataclass
+class Status:
+    armed_pages: int
+    mappings: int
+    filters: int
+    faults: int
+    emulated: int
+    singlestepped: int
+    unknown: int
+    owner: int
+
+
+class HelperSocket:
+    """One controlling connection to the helper module."""
+
+    def __init__(self) -> None:
+        self.sock = GenericNetlinkSocket()
+        try:
+            self.sock.bind(MMIOTNG_GENL_NAME, ngmsg)
+        except NetlinkError as exc:
+            self.sock.close()
+            raise HelperError(exc.code, "the mmiotng helper module is not loaded") from exc
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> HelperSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, cmd: MmiotngCmd, attrs: dict[str, int]) -> list:
+        msg = ngmsg()
+        msg["cmd"] = int(cmd)
+        msg["version"] = MMIOTNG_GENL_VERSION
+        msg["attrs"] = [[k, v] for k, v in attrs.items()]
+        try:
+            return self.sock.nlm_request(msg, msg_type=self.sock.prid,
+                                         msg_flags=NLM_F_REQUEST | NLM_F_ACK)
+        except NetlinkError as exc:
+            text = exc.args[1] if len(exc.args) > 1 and exc.args[1] else errno.errorcode.get(
+                exc.code, str(exc.code))
+            raise HelperError(exc.code, f"{cmd.name}: {text}") from exc
+
+    def filter_add(self, phys: int, size: int) -> None:
+        self._request(MmiotngCmd.MMIOTNG_CMD_FILTER_ADD,
+                      {"MMIOTNG_A_PHYS": phys, "MMIOTNG_A_SIZE": size})
+
+    def filter_del(self, phys: int, size: int) -> None:
+        self._request(MmiotngCmd.MMIOTNG_CMD_FILTER_DEL,
+                      {"MMIOTNG_A_PHYS": phys, "MMIOTNG_A_SIZE": size})
+
+    def arm_existing(self, virt: int, size: int, phys: int) -> None:
+        self._request(MmiotngCmd.MMIOTNG_CMD_ARM_EXISTING,
+                      {"MMIOTNG_A_VIRT": virt, "MMIOTNG_A_SIZE": size,
+                       "MMIOTNG_A_PHYS": phys})
+
+    def disarm_all(self) -> None:
+        self._request(MmiotngCmd.MMIOTNG_CMD_DISARM_ALL, {})
+
+    def set_mode(self, mode: int) -> None:
+        self._request(MmiotngCmd.MMIOTNG_CMD_SET_MODE, {"MMIOTNG_A_MODE": mode})
+
+    def status(self) -> Status:
+        reply = self._request(MmiotngCmd.MMIOTNG_CMD_STATUS, {})
+        msg = next(m for m in reply if m.get("cmd") == MmiotngCmd.MMIOTNG_CMD_STATUS)
+
+        def get(name: str) -> int:
+            return int(msg.get_attr("MMIOTNG_A_STAT_" + name) or 0)
+
+        return Status(get("ARMED_PAGES"), get("MAPPINGS"), get("FILTERS"), get("FAULTS"),
+                      get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"))
