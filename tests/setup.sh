@@ -1,0 +1,41 @@
+#!/bin/sh
+# Install what mmiotrace-ng and its tests need, idempotently, on Debian 12
+# (host, test guest root, or a Vagrant box): Debian packages, a venv that
+# sees Debian's bcc, and the two kernel modules built for KVER.
+# Usage: tests/setup.sh [--no-apt]
+set -eu
+repo=$(cd "$(dirname "$0")/.." && pwd)
+KVER=${KVER:-$(ls -d /lib/modules/*-amd64 2>/dev/null | sort -V | tail -1 | xargs -r basename)}
+[ -n "$KVER" ] || KVER=$(uname -r)
+PKGS="qemu-system-x86 linux-image-amd64 linux-headers-amd64 python3-bpfcc bpfcc-tools
+busybox-static cpio pciutils kmod make gcc python3-venv linux-source-6.1 xz-utils"
+
+log() { echo "setup: $*" >&2; }
+
+if [ "${1:-}" != "--no-apt" ]; then
+    missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
+              grep -q 'install ok installed' || echo "$p"; done)
+    if [ -n "$missing" ]; then
+        log "installing Debian packages:" $missing
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q >/dev/null
+        apt-get install -y -q $missing >/dev/null
+    fi
+    # the installed kernel may be newer than the one found above
+    KVER=$(ls -d /lib/modules/*-amd64 | sort -V | tail -1 | xargs basename)
+fi
+
+if [ ! -x "$repo/.venv/bin/python" ]; then
+    log "creating $repo/.venv (sees Debian's bcc)"
+    /usr/bin/python3 -m venv --system-site-packages "$repo/.venv"
+fi
+if ! "$repo/.venv/bin/python" -c 'import pyroute2, pytest, capstone' 2>/dev/null; then
+    log "installing Python packages"
+    "$repo/.venv/bin/pip" install -q -e "$repo[test]"
+fi
+
+log "building the kernel modules for $KVER"
+for d in kmod tests/drivers/edu_exerciser; do
+    make -s -C "/lib/modules/$KVER/build" M="$repo/$d" modules >/dev/null
+done
+echo "$KVER"
