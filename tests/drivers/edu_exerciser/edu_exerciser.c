@@ -1,0 +1,891 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * edu_exerciser - deterministic MMIO scenarios on QEMU's "edu" PCI device
+ *
+ * Binds to QEMU's edu device (PCI 1234:11e8, BAR0 = 1 MiB of MMIO) and runs
+ * one MMIO scenario per write to debugfs:
+ *
+ *   echo "NAME [COUNT]" > /sys/kernel/debug/edu_exerciser/run
+ *   cat /sys/kernel/debug/edu_exerciser/run          (lists the scenarios)
+ *   cat /sys/kernel/debug/edu_exerciser/mismatches   (last "burst" run)
+ *
+ * The write returns once the scenario has finished: the number of bytes
+ * written on success, -EINVAL for an unknown name or a bad COUNT, -EIO when a
+ * value read from the device was not the one the device must return, -EINTR
+ * when a loop was interrupted by a fatal signal, -ENOMEM when a mapping or a
+ * buffer could not be made.
+ *
+ * Every run maps what it needs itself at its start (pci_iomap() of the whole
+ * BAR0, or ioremap() of a sub-range) and unmaps it at its end, so a tracer
+ * started before the write sees MAP ... UNMAP around the accesses.  The
+ * exact record sequence each scenario must produce in the kernel's
+ * mmiotrace format is in scenarios.py beside this file; README.md explains
+ * how it was derived.
+ *
+ * The edu registers used (offsets from BAR0):
+ *   0x00 ident (RO, 0x010000ed)     0x04 liveness (reads ~last write)
+ *   0x20 status (0 while no factorial was started)  0x24 irq status (0)
+ *   0x80/0x88 DMA source/destination (scratch while no DMA runs)
+ *   0x40 and 0x1000.. unknown offsets: 4-byte reads give 0xffffffff,
+ *   writes are ignored.
+ * Never touched: 0x08 factorial (asynchronous), 0x60 raise irq, 0x64 ack
+ * irq, 0x90 DMA count, 0x98 DMA command.  edu only accepts 4- and 8-byte
+ * accesses: QEMU rejects 1- and 2-byte ones before edu sees them, so such
+ * reads return 0 and such writes are ignored.  An 8-byte read below 0x80
+ * returns all ones.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/completion.h>
+#include <linux/cpu.h>
+#include <linux/cpumask.h>
+#include <linux/ctype.h>
+#include <linux/debugfs.h>
+#include <linux/io.h>
+#include <linux/kthread.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/sched.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/seq_file.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
+
+#include <asm/cpufeature.h>
+
+#define EDU_VENDOR_ID		0x1234
+#define EDU_DEVICE_ID		0x11e8
+
+#define EDU_REG_IDENT		0x00
+#define EDU_REG_LIVE		0x04
+#define EDU_REG_STATUS		0x20
+#define EDU_REG_IRQ_STATUS	0x24
+#define EDU_REG_HOLE		0x40	/* no register there */
+#define EDU_REG_DMA_SRC		0x80
+#define EDU_REG_DMA_DST		0x88
+#define EDU_SPARE_PAGE		0x1000	/* first page without registers */
+
+#define EDU_IDENT_VALUE		0x010000edU
+#define EDU_NARROW_READ_B	0	/* what edu returns for 1-byte reads */
+#define EDU_NARROW_READ_W	0	/* ... and for 2-byte reads */
+#define EDU_HOLE_VALUE		0xffffffffU
+#define EDU_HOLE_VALUE_Q	0xffffffffffffffffULL
+
+#define EDU_MIN_BAR_LEN		0x2000
+#define EDU_DEFAULT_COUNT	1000
+#define EDU_MAX_COUNT		100000000U
+#define EDU_CMD_MAX		64
+
+#define EDU_IMM_VALUE		0xcafef00dU
+#define EDU_XCHG_VALUE		0x600df00dU
+
+struct edu_ex {
+	struct pci_dev *pdev;
+	resource_size_t start;
+	resource_size_t len;
+	struct dentry *dir;
+	struct mutex lock;	/* one scenario at a time */
+	unsigned int errors;	/* wrong values seen by the current run */
+	u64 mismatches;		/* wrong values seen by the last burst run */
+	int burst_cpu[2];	/* where the threads of the last burst ran */
+};
+
+struct edu_scenario {
+	const char *name;
+	int (*run)(struct edu_ex *ex, unsigned int count);
+	bool counted;		/* takes COUNT */
+	const char *help;
+};
+
+static void edu_check(struct edu_ex *ex, const char *what, u64 got, u64 want)
+{
+	if (got == want)
+		return;
+	ex->errors++;
+	pr_err_ratelimited("%s: read 0x%llx, expected 0x%llx\n",
+			   what, got, want);
+}
+
+static int edu_result(struct edu_ex *ex)
+{
+	return ex->errors ? -EIO : 0;
+}
+
+static void __iomem *edu_map(struct edu_ex *ex)
+{
+	return pci_iomap(ex->pdev, 0, 0);
+}
+
+static void edu_unmap(struct edu_ex *ex, void __iomem *base)
+{
+	pci_iounmap(ex->pdev, base);
+}
+
+/* Loops yield now and then and stop on a fatal signal. */
+static int edu_loop_point(unsigned int i)
+{
+	if ((i & 1023) != 1023)
+		return 0;
+	cond_resched();
+	return fatal_signal_pending(current) ? -EINTR : 0;
+}
+
+/*
+ * A volatile store of a constant: gcc emits "movl $imm32, (%rdi)"
+ * (c7 07 imm32), the mov-immediate form.  Kept out of line so that the
+ * address is always in %rdi and needs no SIB byte.
+ */
+static noinline void edu_store_imm(void __iomem *reg)
+{
+	*(volatile u32 __force *)reg = EDU_IMM_VALUE;
+}
+
+/*
+ * Instruction forms that arch/x86/mm/pf_in.c does not decode.  The address
+ * register and the displacement are fixed so that the first three bytes
+ * are always the same.
+ */
+static noinline void edu_or_live(void __iomem *base)
+{
+	/* 83 4f 04 01 */
+	asm volatile("orl $0x1, 0x4(%0)" : : "D" (base) : "memory", "cc");
+}
+
+static noinline u32 edu_xchg_live(void __iomem *base, u32 val)
+{
+	/* 87 47 04 */
+	asm volatile("xchgl %0, 0x4(%1)" : "+a" (val) : "D" (base) : "memory");
+	return val;
+}
+
+static noinline bool edu_test_ident(void __iomem *base)
+{
+	bool nonzero;
+
+	/* f7 07 ed 00 00 01 */
+	asm volatile("testl $0x10000ed, (%1)\n\t"
+		     "setnz %0"
+		     : "=q" (nonzero) : "D" (base) : "memory", "cc");
+	return nonzero;
+}
+
+static int sc_readb(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	edu_check(ex, "readb ident", readb(base + EDU_REG_IDENT),
+		  EDU_NARROW_READ_B);
+	edu_check(ex, "readb live", readb(base + EDU_REG_LIVE),
+		  EDU_NARROW_READ_B);
+	edu_check(ex, "readb dma src", readb(base + EDU_REG_DMA_SRC),
+		  EDU_NARROW_READ_B);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_readw(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	edu_check(ex, "readw ident", readw(base + EDU_REG_IDENT),
+		  EDU_NARROW_READ_W);
+	edu_check(ex, "readw dma src", readw(base + EDU_REG_DMA_SRC),
+		  EDU_NARROW_READ_W);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_readl(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	edu_check(ex, "readl ident", readl(base + EDU_REG_IDENT),
+		  EDU_IDENT_VALUE);
+	edu_check(ex, "readl status", readl(base + EDU_REG_STATUS), 0);
+	edu_check(ex, "readl irq status", readl(base + EDU_REG_IRQ_STATUS), 0);
+	edu_check(ex, "readl hole", readl(base + EDU_REG_HOLE),
+		  EDU_HOLE_VALUE);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_readq(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writeq(0x0123456789abcdefULL, base + EDU_REG_DMA_SRC);
+	edu_check(ex, "readq dma src", readq(base + EDU_REG_DMA_SRC),
+		  0x0123456789abcdefULL);
+	edu_check(ex, "readq ident", readq(base + EDU_REG_IDENT),
+		  EDU_HOLE_VALUE_Q);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_writeb(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writel(0x11223344, base + EDU_REG_LIVE);
+	writeb(0xaa, base + EDU_REG_LIVE);	/* ignored by edu */
+	edu_check(ex, "readl live", readl(base + EDU_REG_LIVE), 0xeeddccbb);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_writew(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writel(0x11223344, base + EDU_REG_LIVE);
+	writew(0xbbbb, base + EDU_REG_LIVE);	/* ignored by edu */
+	edu_check(ex, "readl live", readl(base + EDU_REG_LIVE), 0xeeddccbb);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_writel(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writel(0x12345678, base + EDU_REG_LIVE);
+	edu_check(ex, "readl live", readl(base + EDU_REG_LIVE), 0xedcba987);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_writeq(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writeq(0xfedcba9876543210ULL, base + EDU_REG_DMA_DST);
+	edu_check(ex, "readq dma dst", readq(base + EDU_REG_DMA_DST),
+		  0xfedcba9876543210ULL);
+	edu_check(ex, "readl dma dst", readl(base + EDU_REG_DMA_DST),
+		  0x76543210);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_ioread8(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	edu_check(ex, "ioread8 ident", ioread8(base + EDU_REG_IDENT),
+		  EDU_NARROW_READ_B);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_ioread16(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	edu_check(ex, "ioread16 ident", ioread16(base + EDU_REG_IDENT),
+		  EDU_NARROW_READ_W);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_ioread32(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	edu_check(ex, "ioread32 ident", ioread32(base + EDU_REG_IDENT),
+		  EDU_IDENT_VALUE);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_iowrite8(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	iowrite32(0x01020304, base + EDU_REG_LIVE);
+	iowrite8(0x55, base + EDU_REG_LIVE);	/* ignored by edu */
+	edu_check(ex, "ioread32 live", ioread32(base + EDU_REG_LIVE),
+		  0xfefdfcfb);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_iowrite16(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	iowrite32(0x01020304, base + EDU_REG_LIVE);
+	iowrite16(0x5555, base + EDU_REG_LIVE);	/* ignored by edu */
+	edu_check(ex, "ioread32 live", ioread32(base + EDU_REG_LIVE),
+		  0xfefdfcfb);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_iowrite32(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	iowrite32(0xa5a5a5a5, base + EDU_REG_LIVE);
+	edu_check(ex, "ioread32 live", ioread32(base + EDU_REG_LIVE),
+		  0x5a5a5a5a);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_imm(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	edu_store_imm(base + EDU_REG_LIVE);
+	edu_check(ex, "readl live", readl(base + EDU_REG_LIVE),
+		  (u32)~EDU_IMM_VALUE);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static const u8 edu_fromio_want[16] = {
+	0x88, 0x77, 0x66, 0x55, 0xff, 0xff, 0xff, 0xff,
+	0x00, 0xff, 0xee, 0xdd, 0xff, 0xff, 0xff, 0xff,
+};
+
+static int sc_toio(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base;
+	u8 buf[16];
+	int i;
+
+	for (i = 0; i < sizeof(buf); i++)
+		buf[i] = i;
+	base = edu_map(ex);
+	if (!base)
+		return -ENOMEM;
+	writeq(0, base + EDU_REG_DMA_SRC);
+	writeq(0, base + EDU_REG_DMA_DST);
+	/* rep movsl: four 4-byte stores at 0x80, 0x84 (hole), 0x88, 0x8c */
+	memcpy_toio(base + EDU_REG_DMA_SRC, buf, sizeof(buf));
+	edu_check(ex, "readq dma src", readq(base + EDU_REG_DMA_SRC),
+		  0x03020100);
+	edu_check(ex, "readq dma dst", readq(base + EDU_REG_DMA_DST),
+		  0x0b0a0908);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_fromio(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+	u8 buf[16];
+	int i;
+
+	if (!base)
+		return -ENOMEM;
+	writeq(0x1122334455667788ULL, base + EDU_REG_DMA_SRC);
+	writeq(0x99aabbccddeeff00ULL, base + EDU_REG_DMA_DST);
+	/* rep movsl: four 4-byte loads at 0x80, 0x84 (hole), 0x88, 0x8c */
+	memcpy_fromio(buf, base + EDU_REG_DMA_SRC, sizeof(buf));
+	edu_unmap(ex, base);
+	for (i = 0; i < sizeof(buf); i++)
+		edu_check(ex, "memcpy_fromio byte", buf[i], edu_fromio_want[i]);
+	return edu_result(ex);
+}
+
+static int sc_memset(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writeq(0, base + EDU_REG_DMA_SRC);
+	/*
+	 * With ERMS, memset() is rep stosb: eight 1-byte stores, all ignored
+	 * by edu.  Without, it stores 8 bytes at once (rep stosq or movq),
+	 * which edu keeps.
+	 */
+	memset_io(base + EDU_REG_DMA_SRC, 0xa5, 8);
+	edu_check(ex, "readq dma src", readq(base + EDU_REG_DMA_SRC),
+		  boot_cpu_has(X86_FEATURE_ERMS) ? 0 : 0xa5a5a5a5a5a5a5a5ULL);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_rmw(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+	u32 v;
+
+	if (!base)
+		return -ENOMEM;
+	writel(0x0000ff00, base + EDU_REG_LIVE);
+	v = readl(base + EDU_REG_LIVE);
+	edu_check(ex, "readl live", v, 0xffff00ff);
+	v = (v & ~0xfU) | 0x5;
+	writel(v, base + EDU_REG_LIVE);
+	edu_check(ex, "readl live", readl(base + EDU_REG_LIVE), 0x0000ff0a);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_subpage(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *p;
+
+	/* Only the page at BAR0 + 0x1000 (no registers there). */
+	p = ioremap(ex->start + EDU_SPARE_PAGE, PAGE_SIZE);
+	if (!p)
+		return -ENOMEM;
+	edu_check(ex, "readl spare page", readl(p), EDU_HOLE_VALUE);
+	edu_check(ex, "readl spare page end", readl(p + PAGE_SIZE - 4),
+		  EDU_HOLE_VALUE);
+	iounmap(p);
+	return edu_result(ex);
+}
+
+static int sc_unaligned(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *p;
+
+	/*
+	 * A mapping that starts inside a page: BAR0 + 0x80, one page long,
+	 * so it ends in the next page (phys 0x80..0x107f).
+	 */
+	p = ioremap(ex->start + EDU_REG_DMA_SRC, PAGE_SIZE);
+	if (!p)
+		return -ENOMEM;
+	writel(0x13579bdf, p);
+	edu_check(ex, "readl dma src", readl(p), 0x13579bdf);
+	writel(0x2468ace0, p + 8);
+	edu_check(ex, "readq dma dst", readq(p + 8), 0x2468ace0);
+	edu_check(ex, "readl spare page",
+		  readl(p + EDU_SPARE_PAGE - EDU_REG_DMA_SRC), EDU_HOLE_VALUE);
+	iounmap(p);
+	return edu_result(ex);
+}
+
+static int sc_unknown(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writel(0x0000000f, base + EDU_REG_LIVE);	/* live: 0xfffffff0 */
+	edu_or_live(base);			/* writes 0xfffffff1 */
+	edu_check(ex, "readl live", readl(base + EDU_REG_LIVE), 0x0000000e);
+	edu_check(ex, "xchg live", edu_xchg_live(base, EDU_XCHG_VALUE),
+		  0x0000000e);
+	edu_check(ex, "test ident", edu_test_ident(base), true);
+	edu_check(ex, "readl live", readl(base + EDU_REG_LIVE),
+		  (u32)~EDU_XCHG_VALUE);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+static int sc_rloop(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+	unsigned int i;
+	int ret = 0;
+
+	if (!base)
+		return -ENOMEM;
+	for (i = 0; i < count && !ret; i++) {
+		edu_check(ex, "readl ident", readl(base + EDU_REG_IDENT),
+			  EDU_IDENT_VALUE);
+		ret = edu_loop_point(i);
+	}
+	edu_unmap(ex, base);
+	return ret ? ret : edu_result(ex);
+}
+
+static int sc_wloop(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+	unsigned int i;
+	int ret = 0;
+
+	if (!base)
+		return -ENOMEM;
+	for (i = 0; i < count && !ret; i++) {
+		writel(i, base + EDU_REG_LIVE);
+		ret = edu_loop_point(i);
+	}
+	edu_unmap(ex, base);
+	return ret;
+}
+
+static int sc_cloop(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base;
+	unsigned int i;
+	u8 *buf;
+
+	if (count > ex->len - EDU_SPARE_PAGE)
+		return -EINVAL;
+	buf = kvmalloc(max(count, 1U), GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	for (i = 0; i < count; i++)
+		buf[i] = i;
+	base = edu_map(ex);
+	if (!base) {
+		kvfree(buf);
+		return -ENOMEM;
+	}
+	memcpy_toio(base + EDU_SPARE_PAGE, buf, count);
+	edu_unmap(ex, base);
+	kvfree(buf);
+	return 0;
+}
+
+struct edu_burst;
+
+struct edu_burst_thread {
+	struct edu_burst *burst;
+	struct task_struct *task;
+	struct completion done;
+	u64 bad;
+	int cpu;
+};
+
+struct edu_burst {
+	void __iomem *base;
+	unsigned int count;
+	struct completion start;
+	struct edu_burst_thread t[2];
+};
+
+static int edu_burst_fn(void *data)
+{
+	struct edu_burst_thread *t = data;
+	struct edu_burst *b = t->burst;
+	unsigned int i;
+
+	wait_for_completion(&b->start);
+	t->cpu = raw_smp_processor_id();
+	for (i = 0; i < b->count; i++) {
+		if (readl(b->base + EDU_REG_IDENT) != EDU_IDENT_VALUE)
+			t->bad++;
+		if ((i & 1023) == 1023)
+			cond_resched();
+	}
+	complete(&t->done);
+	return 0;
+}
+
+static int sc_burst(struct edu_ex *ex, unsigned int count)
+{
+	struct edu_burst *b;
+	unsigned int cpu[2];
+	int ret = 0;
+	int i, made;
+
+	b = kzalloc(sizeof(*b), GFP_KERNEL);
+	if (!b)
+		return -ENOMEM;
+	b->count = count;
+	init_completion(&b->start);
+	b->base = edu_map(ex);
+	if (!b->base) {
+		kfree(b);
+		return -ENOMEM;
+	}
+
+	for (made = 0; made < 2; made++) {
+		struct edu_burst_thread *t = &b->t[made];
+		struct task_struct *task;
+
+		t->burst = b;
+		init_completion(&t->done);
+		task = kthread_create(edu_burst_fn, t, "edu_burst/%d", made);
+		if (IS_ERR(task)) {
+			ret = PTR_ERR(task);
+			break;
+		}
+		get_task_struct(task);
+		t->task = task;
+	}
+	if (!ret) {
+		/*
+		 * Bind to the first two online CPUs (the same one twice if it
+		 * is alone, as under the kernel's mmiotrace) and keep them
+		 * online until both threads are done.
+		 */
+		cpus_read_lock();
+		cpu[0] = cpumask_first(cpu_online_mask);
+		cpu[1] = cpumask_next(cpu[0], cpu_online_mask);
+		if (cpu[1] >= nr_cpu_ids)
+			cpu[1] = cpu[0];
+		for (i = 0; i < 2; i++) {
+			kthread_bind(b->t[i].task, cpu[i]);
+			wake_up_process(b->t[i].task);
+		}
+		complete_all(&b->start);
+		for (i = 0; i < 2; i++)
+			wait_for_completion(&b->t[i].done);
+		cpus_read_unlock();
+	}
+	/* A thread that was never woken exits here without running. */
+	for (i = 0; i < made; i++) {
+		int tret = kthread_stop(b->t[i].task);
+
+		if (!ret && tret)
+			ret = tret;
+		put_task_struct(b->t[i].task);
+	}
+
+	edu_unmap(ex, b->base);
+	if (!ret) {
+		ex->burst_cpu[0] = b->t[0].cpu;
+		ex->burst_cpu[1] = b->t[1].cpu;
+		ex->mismatches = b->t[0].bad + b->t[1].bad;
+		if (ex->mismatches) {
+			pr_err("burst: %llu wrong ident values\n",
+			       ex->mismatches);
+			ret = -EIO;
+		}
+	}
+	kfree(b);
+	return ret;
+}
+
+static const struct edu_scenario edu_scenarios[] = {
+	{ "readb", sc_readb, false, "readb of 0x00, 0x04, 0x80" },
+	{ "readw", sc_readw, false, "readw of 0x00, 0x80" },
+	{ "readl", sc_readl, false, "readl of 0x00, 0x20, 0x24, 0x40" },
+	{ "readq", sc_readq, false, "writeq 0x80; readq 0x80, 0x00" },
+	{ "writeb", sc_writeb, false, "writel 0x04; writeb 0x04; readl 0x04" },
+	{ "writew", sc_writew, false, "writel 0x04; writew 0x04; readl 0x04" },
+	{ "writel", sc_writel, false, "writel 0x04; readl 0x04" },
+	{ "writeq", sc_writeq, false, "writeq 0x88; readq 0x88; readl 0x88" },
+	{ "ioread8", sc_ioread8, false, "ioread8 of 0x00" },
+	{ "ioread16", sc_ioread16, false, "ioread16 of 0x00" },
+	{ "ioread32", sc_ioread32, false, "ioread32 of 0x00" },
+	{ "iowrite8", sc_iowrite8, false,
+	  "iowrite32 0x04; iowrite8 0x04; ioread32 0x04" },
+	{ "iowrite16", sc_iowrite16, false,
+	  "iowrite32 0x04; iowrite16 0x04; ioread32 0x04" },
+	{ "iowrite32", sc_iowrite32, false, "iowrite32 0x04; ioread32 0x04" },
+	{ "imm", sc_imm, false, "movl $imm32 to 0x04 (c7 /0); readl 0x04" },
+	{ "toio", sc_toio, false, "memcpy_toio of 16 bytes to 0x80" },
+	{ "fromio", sc_fromio, false, "memcpy_fromio of 16 bytes from 0x80" },
+	{ "memset", sc_memset, false, "memset_io of 8 bytes at 0x80" },
+	{ "rmw", sc_rmw, false, "writel; readl; writel (bits changed); readl" },
+	{ "subpage", sc_subpage, false,
+	  "ioremap of the page at 0x1000 only; readl 0x1000, 0x1ffc" },
+	{ "unaligned", sc_unaligned, false,
+	  "ioremap of 0x80..0x107f; access 0x80, 0x88, 0x1000" },
+	{ "unknown", sc_unknown, false, "orl, xchg and testl on MMIO" },
+	{ "rloop", sc_rloop, true, "COUNT readl of 0x00" },
+	{ "wloop", sc_wloop, true, "COUNT writel of 0..COUNT-1 to 0x04" },
+	{ "cloop", sc_cloop, true, "memcpy_toio of COUNT bytes to 0x1000" },
+	{ "burst", sc_burst, true,
+	  "COUNT readl of 0x00 on each of two CPUs at once" },
+};
+
+static const struct edu_scenario *edu_find(const char *name)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(edu_scenarios); i++)
+		if (!strcmp(edu_scenarios[i].name, name))
+			return &edu_scenarios[i];
+	return NULL;
+}
+
+static int edu_list_show(struct seq_file *m, void *v)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(edu_scenarios); i++) {
+		const struct edu_scenario *sc = &edu_scenarios[i];
+
+		seq_printf(m, "%s%s\t%s\n", sc->name,
+			   sc->counted ? " [COUNT]" : "", sc->help);
+	}
+	return 0;
+}
+
+static int edu_burst_cpus_show(struct seq_file *m, void *v)
+{
+	struct edu_ex *ex = m->private;
+
+	seq_printf(m, "%d %d\n", ex->burst_cpu[0], ex->burst_cpu[1]);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(edu_burst_cpus);
+
+static int edu_run_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, edu_list_show, inode->i_private);
+}
+
+static ssize_t edu_run_write(struct file *file, const char __user *ubuf,
+			     size_t len, loff_t *ppos)
+{
+	struct edu_ex *ex = ((struct seq_file *)file->private_data)->private;
+	const struct edu_scenario *sc;
+	char cmd[EDU_CMD_MAX];
+	unsigned int count = EDU_DEFAULT_COUNT;
+	char *rest, *name, *arg;
+	int ret;
+
+	if (len == 0 || len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	rest = strim(cmd);
+	name = strsep(&rest, " \t");
+	sc = edu_find(name);
+	if (!sc)
+		return -EINVAL;
+	if (rest) {
+		arg = skip_spaces(rest);
+		if (!sc->counted)
+			return -EINVAL;
+		ret = kstrtouint(arg, 0, &count);
+		if (ret)
+			return ret;
+		if (count > EDU_MAX_COUNT)
+			return -EINVAL;
+	}
+
+	ret = mutex_lock_interruptible(&ex->lock);
+	if (ret)
+		return ret;
+	ex->errors = 0;
+	ret = sc->run(ex, count);
+	mutex_unlock(&ex->lock);
+	return ret ? ret : len;
+}
+
+static const struct file_operations edu_run_fops = {
+	.owner = THIS_MODULE,
+	.open = edu_run_open,
+	.read = seq_read,
+	.write = edu_run_write,
+	.llseek = seq_lseek,
+	.release = single_release,
+};
+
+static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct edu_ex *ex;
+	struct dentry *file;
+	int ret;
+
+	ex = devm_kzalloc(&pdev->dev, sizeof(*ex), GFP_KERNEL);
+	if (!ex)
+		return -ENOMEM;
+	ex->pdev = pdev;
+	ex->burst_cpu[0] = -1;
+	ex->burst_cpu[1] = -1;
+	mutex_init(&ex->lock);
+
+	ret = pci_enable_device(pdev);
+	if (ret)
+		return ret;
+	ret = pci_request_regions(pdev, KBUILD_MODNAME);
+	if (ret)
+		goto err_disable;
+	if (!(pci_resource_flags(pdev, 0) & IORESOURCE_MEM) ||
+	    pci_resource_len(pdev, 0) < EDU_MIN_BAR_LEN) {
+		ret = -ENODEV;
+		goto err_release;
+	}
+	ex->start = pci_resource_start(pdev, 0);
+	ex->len = pci_resource_len(pdev, 0);
+
+	ex->dir = debugfs_create_dir(KBUILD_MODNAME, NULL);
+	if (IS_ERR(ex->dir)) {
+		ret = PTR_ERR(ex->dir);
+		goto err_release;
+	}
+	file = debugfs_create_file("run", 0600, ex->dir, ex, &edu_run_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
+	file = debugfs_create_file("burst_cpus", 0444, ex->dir, ex,
+				   &edu_burst_cpus_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
+	debugfs_create_u64("mismatches", 0444, ex->dir, &ex->mismatches);
+
+	pci_set_drvdata(pdev, ex);
+	dev_info(&pdev->dev, "BAR0 %pa, %llu bytes\n", &ex->start,
+		 (unsigned long long)ex->len);
+	return 0;
+
+err_debugfs:
+	debugfs_remove_recursive(ex->dir);
+err_release:
+	pci_release_regions(pdev);
+err_disable:
+	pci_disable_device(pdev);
+	return ret;
+}
+
+static void edu_remove(struct pci_dev *pdev)
+{
+	struct edu_ex *ex = pci_get_drvdata(pdev);
+
+	/* Waits for a running scenario to finish. */
+	debugfs_remove_recursive(ex->dir);
+	pci_release_regions(pdev);
+	pci_disable_device(pdev);
+	mutex_destroy(&ex->lock);
+}
+
+static const struct pci_device_id edu_ids[] = {
+	{ PCI_DEVICE(EDU_VENDOR_ID, EDU_DEVICE_ID) },
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, edu_ids);
+
+static struct pci_driver edu_driver = {
+	.name = KBUILD_MODNAME,
+	.id_table = edu_ids,
+	.probe = edu_probe,
+	.remove = edu_remove,
+};
+module_pci_driver(edu_driver);
+
+MODULE_DESCRIPTION("Deterministic MMIO scenarios on QEMU's edu device");
+MODULE_LICENSE("GPL");

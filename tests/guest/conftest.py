@@ -1,0 +1,145 @@
+"""Fixtures for the tests that run inside the test VM (tests/vm/run).
+
+- Every test here is skipped unless NGVM_GUEST=1 (set by the VM's init).
+- ``dmesg_clean`` (autouse): fails the test if the kernel log gained a line
+  matching Oops|BUG|WARNING|general protection|Call Trace while it ran.
+- ``exerciser`` (session): loads tests/drivers/edu_exerciser/edu_exerciser.ko,
+  which must have been built on the host, and unloads it at the end;
+  ``exerciser.run(name, count)`` runs one scenario.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from kernel_tracer import PciDevice, find_pci_device
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+EXERCISER_DIR = REPO / "tests" / "drivers" / "edu_exerciser"
+EXERCISER_KO = EXERCISER_DIR / "edu_exerciser.ko"
+EXERCISER_DEBUGFS = Path("/sys/kernel/debug/edu_exerciser")
+EDU_ID = (0x1234, 0x11E8)
+
+IN_GUEST = os.environ.get("NGVM_GUEST") == "1"
+BAD_KERNEL_LOG = re.compile(r"Oops|BUG|WARNING|general protection|Call Trace")
+
+
+def pytest_collection_modifyitems(config, items):
+    if IN_GUEST:
+        return
+    skip = pytest.mark.skip(
+        reason="guest-only test: NGVM_GUEST=1 is not set; run it inside the test VM, "
+               "e.g. tests/vm/run --qemu '-device edu' -- python -m pytest tests/guest")
+    for item in items:
+        if HERE == Path(item.path).parent or HERE in Path(item.path).parents:
+            item.add_marker(skip)
+
+
+class KernelLog:
+    """New /dev/kmsg records since construction (nothing older)."""
+
+    def __init__(self) -> None:
+        self._fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self._fd, 0, os.SEEK_END)
+
+    def new_lines(self) -> list[str]:
+        lines: list[str] = []
+        while True:
+            try:
+                rec = os.read(self._fd, 16384)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:   # overwritten records: go on
+                    lines.append("[kernel log records were lost]")
+                    continue
+                raise
+            if not rec:
+                break
+            _head, _, msg = rec.decode(errors="replace").partition(";")
+            # Continuation lines (" KEY=value") are metadata; keep the text.
+            lines.extend(m for m in msg.split("\n") if m and not m.startswith(" "))
+        return lines
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+@pytest.fixture(autouse=True)
+def dmesg_clean():
+    log = KernelLog()
+    try:
+        yield log
+        bad = [line for line in log.new_lines() if BAD_KERNEL_LOG.search(line)]
+    finally:
+        log.close()
+    if bad:
+        pytest.fail("the kernel log gained lines matching "
+                    f"{BAD_KERNEL_LOG.pattern!r} during the test:\n" + "\n".join(bad),
+                    pytrace=False)
+
+
+class Exerciser:
+    """The loaded edu_exerciser module and its edu device."""
+
+    def __init__(self, dev: PciDevice):
+        self.dev = dev
+        self.bar0 = dev.bars[0]          # (start, length)
+
+    def run(self, name: str, count: int | None = None) -> None:
+        """Run one scenario; returns when it has finished.  Raises OSError
+        with the module's errno (EINVAL, EIO, ...) when the write fails."""
+        line = name if count is None else f"{name} {count}"
+        fd = os.open(EXERCISER_DEBUGFS / "run", os.O_WRONLY)
+        try:
+            written = os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+        assert written == len(line) + 1, f"short write {written} for {line!r}"
+
+    def scenarios(self) -> list[str]:
+        """Scenario names as the module lists them."""
+        text = (EXERCISER_DEBUGFS / "run").read_text()
+        return [line.split()[0] for line in text.splitlines() if line.strip()]
+
+    def mismatches(self) -> int:
+        return int((EXERCISER_DEBUGFS / "mismatches").read_text())
+
+    def burst_cpus(self) -> tuple[int, int]:
+        a, b = (EXERCISER_DEBUGFS / "burst_cpus").read_text().split()
+        return int(a), int(b)
+
+
+def _rmmod(name: str) -> None:
+    if Path("/sys/module", name).exists():
+        subprocess.run(["rmmod", name], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def exerciser():
+    if not EXERCISER_KO.exists():
+        pytest.fail(f"{EXERCISER_KO} is missing: build it on the host before booting the VM: "
+                    f"make -C /lib/modules/$(uname -r)/build M={EXERCISER_DIR} modules",
+                    pytrace=False)
+    dev = find_pci_device(*EDU_ID)
+    if dev is None:
+        pytest.fail("no edu PCI device (1234:11e8): boot the VM with --qemu '-device edu'",
+                    pytrace=False)
+    _rmmod("edu_exerciser")
+    res = subprocess.run(["insmod", str(EXERCISER_KO)], check=False,
+                         capture_output=True, text=True)
+    if res.returncode:
+        pytest.fail(f"insmod {EXERCISER_KO} failed: {res.stderr.strip()}", pytrace=False)
+    try:
+        if not (EXERCISER_DEBUGFS / "run").exists():
+            pytest.fail(f"edu_exerciser loaded but {EXERCISER_DEBUGFS}/run is missing "
+                        f"(did it bind to {dev.name}?)", pytrace=False)
+        yield Exerciser(dev)
+    finally:
+        _rmmod("edu_exerciser")
