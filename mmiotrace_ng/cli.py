@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import signal
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,12 +22,15 @@ from .render import Renderer, lost_line, map_line, stream_header
 EXIT_USAGE = 2
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
+RAW_MAGIC = b"mmiotrace-ng raw 1\n"
 EXAMPLES = """examples:
   mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
   mmiotrace-ng --pci 01:00.0 -- modprobe nouveau # trace while a command runs
   mmiotrace-ng --pci 0000:00:02.0 --pci 03:00.0 -o dump.txt
   mmiotrace-ng --all -- modprobe e1000           # every ioremap, like the kernel's tracer
   mmiotrace-ng --pci 01:00.0 --compat           # UNKNOWN where the kernel's decoder gives up
+  mmiotrace-ng --pci 01:00.0 --raw dump.raw -o dump.txt
+  mmiotrace-ng render --compat dump.raw          # the same trace, as the kernel would show it
   mmiotrace-ng mark "X is up"                    # a MARK line in the running trace
   echo "X is up" > /sys/kernel/tracing/trace_marker   # the same
 
@@ -61,6 +65,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="do not trace mappings that exist before the start")
     ap.add_argument("--singlestep", action="store_true",
                     help="single-step every access instead of emulating (slow; for tests)")
+    ap.add_argument("--raw", metavar="FILE",
+                    help="also save the binary records here (see: mmiotrace-ng render)")
     ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER,
                     help="-- CMD ARGS: run CMD once tracing is armed, stop when it exits")
@@ -148,6 +154,7 @@ class Session:
         self.stop = False
         self.helper = None
         self.probes: Probes | None = None
+        self.raw: RawWriter | None = RawWriter(args.raw) if args.raw else None
 
     def write(self, text: str) -> None:
         if text:
@@ -167,7 +174,10 @@ class Session:
                 raise UsageError(f"the helper is busy: {exc}") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
         self.probes = Probes(Ranges(ranges, self.args.all), self.args.buffer_size_kb)
-        self.write(stream_header(Path("/proc/bus/pci/devices").read_text()))
+        header = stream_header(Path("/proc/bus/pci/devices").read_text())
+        self.write(header)
+        if self.raw:
+            self.raw.header(header)
         if not self.args.no_existing:
             for m in existing_mappings(ranges):
                 try:
@@ -182,13 +192,18 @@ class Session:
     def pump(self, timeout_ms: int) -> None:
         assert self.probes is not None
         recs = self.probes.poll(timeout_ms)
+        if recs and self.raw:
+            self.raw.records(recs)
         if recs:
             self.write(self.renderer.feed_batch(recs))
             self.out.flush()
 
     def finish(self) -> None:
         if self.probes is not None:
-            self.write(self.renderer.feed_batch(self.probes.drain()))
+            recs = self.probes.drain()
+            if self.raw:
+                self.raw.records(recs)
+            self.write(self.renderer.feed_batch(recs))
             total, pending = self.probes.drops()
             if pending:
                 self.write(lost_line(pending))
@@ -196,6 +211,8 @@ class Session:
             self.out.flush()
 
     def close(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
         if self.helper is not None:
             try:
                 self.helper.disarm_all()
@@ -206,6 +223,55 @@ class Session:
         if self.probes is not None:
             self.probes.close()
             self.probes = None
+
+
+class RawWriter:
+    """--raw FILE: the header text, then each record as u32 length + bytes."""
+
+    def __init__(self, path: str) -> None:
+        self.fh = open(path, "wb")
+        self.fh.write(RAW_MAGIC)
+
+    def header(self, text: str) -> None:
+        data = text.encode()
+        self.fh.write(struct.pack("<I", len(data)) + data)
+
+    def records(self, recs: list[bytes]) -> None:
+        self.fh.write(b"".join(struct.pack("<I", len(r)) + r for r in recs))
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def read_raw(path: str) -> tuple[str, list[bytes]]:
+    """The header text and the records of a --raw file."""
+    data = Path(path).read_bytes()
+    if not data.startswith(RAW_MAGIC):
+        raise UsageError(f"{path} is not an mmiotrace-ng --raw file")
+    pos = len(RAW_MAGIC)
+    out = []
+    while pos + 4 <= len(data):
+        (n,) = struct.unpack_from("<I", data, pos)
+        out.append(data[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    if not out:
+        return "", []
+    return out[0].decode(), out[1:]
+
+
+def render_raw(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="mmiotrace-ng render",
+                                 description="Print a --raw file as text.")
+    ap.add_argument("file")
+    ap.add_argument("--compat", action="store_true")
+    ap.add_argument("--pc", action="store_true")
+    ap.add_argument("--pid", action="store_true")
+    args = ap.parse_args(argv)
+    header, recs = read_raw(args.file)
+    r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
+    sys.stdout.write(header + r.feed_batch(recs))
+    return 0
 
 
 def map_line_now(map_id: int, m: Existing, renderer: Renderer) -> str:
@@ -298,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
             if len(argv) < 2:
                 raise UsageError("usage: mmiotrace-ng mark TEXT")
             return mark(" ".join(argv[1:]))
+        if argv[:1] == ["render"]:
+            return render_raw(argv[1:])
         if argv[:1] == ["status"]:
             return status()
         return trace(parse_args(argv))

@@ -1,0 +1,92 @@
+"""Run mmiotrace-ng in the guest for tests: start, mark sections, stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NG = [str(REPO / "tests" / "vm" / "bin" / "mmiotrace-ng")]
+ARTIFACTS = REPO / "tests" / "artifacts"
+MARKER = Path("/sys/kernel/tracing/trace_marker")
+START_TIMEOUT = 300.0   # bcc compiles the BPF programs: slow under TCG
+
+
+class NgTracer:
+    """One mmiotrace-ng run writing to a file; sections are cut by markers."""
+
+    def __init__(self, args: list[str], name: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.out = ARTIFACTS / f"{name}.txt"
+        self.raw = ARTIFACTS / f"{name}.raw"
+        self.errf = ARTIFACTS / f"{name}.err"
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+        self.seq = 0
+
+    def start(self) -> NgTracer:
+        with open(self.errf, "wb") as err:
+            self.proc = subprocess.Popen(
+                [*NG, *self.args, "-o", str(self.out), "--raw", str(self.raw)],
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if "ready" in self.errf.read_text(errors="replace"):
+                return self
+            if self.proc.poll() is not None:
+                raise AssertionError(f"mmiotrace-ng exited {self.proc.returncode}: "
+                                     + self.errf.read_text(errors="replace"))
+            time.sleep(0.2)
+        raise AssertionError("mmiotrace-ng did not get ready: "
+                             + self.errf.read_text(errors="replace"))
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def wait_for(self, needle: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.text()
+            if needle in text:
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"{needle!r} never appeared in {self.out}")
+
+    def section(self, trigger) -> str:
+        """The lines the tracer printed while trigger() ran."""
+        self.seq += 1
+        begin, end = f"ng-section-begin-{self.seq}", f"ng-section-end-{self.seq}"
+        MARKER.write_text(begin + "\n")
+        trigger()
+        MARKER.write_text(end + "\n")
+        text = self.wait_for(end)
+        body = text.split(begin + "\n", 1)[1].split(end + "\n", 1)[0]
+        # drop the marker lines' own prefix ("MARK <ts> ") left at the ends
+        return "\n".join(body.splitlines()[:-1]) + "\n" if body.strip() else ""
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 120.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+    def stderr(self) -> str:
+        return self.errf.read_text(errors="replace")
+
+
+def render(raw: Path, *opts: str) -> str:
+    out = subprocess.run([*NG, "render", *opts, str(raw)], capture_output=True, text=True,
+                         check=True)
+    return out.stdout
+
+
+def helper_status() -> dict[str, int]:
+    out = subprocess.run([*NG, "status"], capture_output=True, text=True, check=True)
+    return {k: int(v) for k, v in (line.split(": ") for line in out.stdout.splitlines())}
