@@ -21,6 +21,13 @@ if [ "${1:-}" != "--no-apt" ]; then
         apt-get update -q >/dev/null
         apt-get install -y -q $missing >/dev/null
     fi
+    # vagrant validates vagrant/ in the host tests; its recommends are a mail
+    # and NFS server we do not want
+    for p in vagrant vagrant-libvirt; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || {
+            log "installing $p"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p" >/dev/null; }
+    done
     # the installed kernel may be newer than the one found above
     KVER=$(ls -d /lib/modules/*-amd64 | sort -V | tail -1 | xargs basename)
 fi
