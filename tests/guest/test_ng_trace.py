@@ -118,7 +118,7 @@ def test_scenario_matches_kernel(name, edu, kernel_refs, ng):
     base = edu.bar0[0]
     text = ng.section(lambda: edu.run(name, count))
     ng.section_of[name] = ng.seq
-    compat = sections(render(ng.raw, "--compat"))[ng.seq]
+    compat = sections(render(ng.raw, compat=True))[ng.seq]
     kernel = kernel_refs[name]
     # the documented sequence, as the kernel's tracer would print it
     truth = sc.expected(name, count, erms=erms())

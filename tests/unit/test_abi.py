@@ -12,7 +12,6 @@ import ctypes
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -20,11 +19,9 @@ from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # no conftest/pyproject puts the checkout on the path yet
-    sys.path.insert(0, str(REPO))
-
 from mmiotrace_ng import abi, records
+
+REPO = Path(__file__).resolve().parents[2]
 
 RECORDS_H = REPO / "bpf" / "mmiotrace_ng.h"
 ABI_H = REPO / "kmod" / "mmiotng_abi.h"
@@ -150,10 +147,11 @@ def compare(header_paths: list[Path], mirror: ModuleType, tmp: Path) -> list[str
         py_fields = cls._fields_
         if [f.name for f in fields] != [f[0] for f in py_fields]:
             problems.append(
-                f"struct {sname}: fields {[f.name for f in fields]} != mirror {[f[0] for f in py_fields]}"
+                f"struct {sname}: fields {[f.name for f in fields]} "
+                f"!= mirror {[f[0] for f in py_fields]}"
             )
             continue
-        for f, (name, ptype) in zip(fields, py_fields):
+        for f, (name, ptype) in zip(fields, py_fields, strict=True):
             want = expected_ctype(f, mirror)
             if f.count is None:
                 if ptype is not want:

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # no conftest/pyproject puts the checkout on the path yet
-    sys.path.insert(0, str(REPO))
 
 from mmiotrace_ng.pci import (
     BadPciAddress,
@@ -23,6 +18,8 @@ from mmiotrace_ng.pci import (
     driver_name,
     parse_address,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 # drivers/pci/pci-sysfs.c resource_show(): one line per resource
 RESOURCE_LINE = "0x%016llx 0x%016llx 0x%016llx\n".replace("ll", "")

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # no conftest/pyproject puts the checkout on the path yet
-    sys.path.insert(0, str(REPO))
 
 from mmiotrace_ng import records
 from mmiotrace_ng.records import (
@@ -27,6 +22,8 @@ from mmiotrace_ng.records import (
     parse,
     unpacker,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def access(**kw: int) -> NgRecAccess:
