@@ -4,6 +4,7 @@
 #define MMIOTNG_H
 
 #include <linux/types.h>
+#include <linux/bits.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/rcupdate.h>
@@ -13,7 +14,7 @@
 #include "mmiotng_abi.h"
 
 #define NG_MAX_FILTERS		16
-#define NG_MAX_FILTER_SIZE	(1ULL << 32)	/* 4 GiB: larger BARs are refused */
+#define NG_MAX_FILTER_SIZE	BIT_ULL(32)	/* 4 GiB: larger BARs are refused */
 
 /* A physical range to trace (a BAR), with its never-armed shadow mapping. */
 struct ng_filter {

@@ -16,8 +16,10 @@
 #include <linux/types.h>
 
 #define MMIOTNG_HOOK_SYMBOL	"mmiotng_access_hook"
-/* mmiotng_mark_hook(const char *text, __u32 len): a trace_marker write;
- * text points to MMIOTNG_MARK_MAX readable bytes, len <= MMIOTNG_MARK_MAX */
+/*
+ * mmiotng_mark_hook(const char *text, __u32 len): a trace_marker write;
+ * text points to MMIOTNG_MARK_MAX readable bytes, len <= MMIOTNG_MARK_MAX
+ */
 #define MMIOTNG_MARK_HOOK_SYMBOL	"mmiotng_mark_hook"
 #define MMIOTNG_MARK_MAX	1024
 #define MMIOTNG_INSN_BYTES	8
@@ -61,6 +63,7 @@ enum mmiotng_cmd {
 	MMIOTNG_CMD_SET_MODE,		/* MODE: MMIOTNG_MODE_* */
 	__MMIOTNG_CMD_MAX,
 };
+
 #define MMIOTNG_CMD_MAX (__MMIOTNG_CMD_MAX - 1)
 
 enum mmiotng_attr {
@@ -79,6 +82,7 @@ enum mmiotng_attr {
 	MMIOTNG_A_STAT_OWNER,		/* u32: netlink port id of the controller, 0 if none */
 	__MMIOTNG_A_MAX,
 };
+
 #define MMIOTNG_A_MAX (__MMIOTNG_A_MAX - 1)
 
 /* MMIOTNG_A_MODE values */

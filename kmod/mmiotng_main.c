@@ -57,7 +57,7 @@
 #include "mmiotng.h"
 #include "ng_decode.h"
 
-DEFINE_MUTEX(ng_mutex);
+DEFINE_MUTEX(ng_mutex);		/* see the locking rules above */
 static DEFINE_RAW_SPINLOCK(ng_lock);
 static LIST_HEAD(ng_filters);
 static LIST_HEAD(ng_mappings);
@@ -79,6 +79,7 @@ struct ng_step {
 	unsigned int nbytes;
 	struct mmiotng_access acc;
 };
+
 static DEFINE_PER_CPU(struct ng_step, ng_step);
 
 /* The attach point for BPF: must stay a real call. */
@@ -108,12 +109,14 @@ static void ng_flush_workfn(struct work_struct *w)
 {
 	ng_flush_all();
 }
+
 static DECLARE_WORK(ng_flush_work, ng_flush_workfn);
 
 static void ng_flush_irq_work(struct irq_work *w)
 {
 	schedule_work(&ng_flush_work);
 }
+
 static DEFINE_IRQ_WORK(ng_flush_iw, ng_flush_irq_work);
 
 /* ---- pages ---------------------------------------------------------- */
@@ -177,7 +180,7 @@ static int ng_collect_pages(struct ng_mapping *m, phys_addr_t phys_base)
 	return 0;
 }
 
-struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr)
+static struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr)
 {
 	unsigned int i;
 
@@ -193,7 +196,7 @@ struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr)
 /* ---- mappings ------------------------------------------------------- */
 
 /* The mapping that covers addr, under rcu_read_lock or ng_lock. */
-struct ng_mapping *ng_find_mapping(unsigned long addr)
+static struct ng_mapping *ng_find_mapping(unsigned long addr)
 {
 	struct ng_mapping *m;
 
@@ -844,7 +847,7 @@ static int ng_fault_pre(struct kprobe *p, struct pt_regs *kregs)
 	if (!is_vmalloc_addr((void *)address) || user_mode(regs))
 		return 0;
 	rcu_read_lock();
-	ours = ng_find_mapping(address) != NULL;
+	ours = !!ng_find_mapping(address);
 	rcu_read_unlock();
 	if (!ours)
 		return 0;
@@ -1011,7 +1014,7 @@ void ng_wait_steps(void)
 
 	for_each_possible_cpu(cpu)
 		while (READ_ONCE(per_cpu(ng_step, cpu).active))
-			msleep(1);
+			usleep_range(100, 200);
 }
 
 void ng_get_stats(struct ng_stats *sum)

@@ -25,6 +25,7 @@ bool ng_session_active(void)
 {
 	return READ_ONCE(ng_owner) != 0;
 }
+
 static struct genl_family ng_family;
 
 /* Make the sender the owner, or refuse if someone else is. */

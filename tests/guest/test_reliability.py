@@ -1,0 +1,254 @@
+"""Kills, unloads, races and hostile input: nothing stays armed, the kernel is unharmed.
+
+Most cycles drive the helper directly over generic netlink (a controller
+process that arms the edu BAR, as mmiotrace-ng does, without compiling BPF,
+which takes a minute under TCG); the end-to-end cases run mmiotrace-ng.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kernel_tracer import find_pci_device, to_records
+from ng_tracer import REPO, NgTracer, helper_status
+
+import mmiotrace_ng.netlink as nl
+from mmiotrace_ng.abi import MmiotngCmd
+
+PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3"
+KILL_CYCLES = 50
+E1000_ID = (0x8086, 0x100E)
+
+CONTROLLER = """
+import sys, time
+from mmiotrace_ng.netlink import HelperSocket
+h = HelperSocket()
+h.filter_add(int(sys.argv[1]), int(sys.argv[2]))
+print("armed", flush=True)
+time.sleep(3600)
+"""
+
+
+def ensure_helper() -> None:
+    if not Path("/sys/module/mmiotng").exists():
+        subprocess.run(["insmod", str(REPO / "kmod" / "mmiotng.ko")], check=True)
+
+
+def assert_disarmed() -> None:
+    st = helper_status()
+    assert st["armed_pages"] == 0 and st["mappings"] == 0, st
+    assert st["filters"] == 0 and st["owner"] == 0, st
+
+
+class Workload:
+    """The exerciser running scenarios in a loop in the background."""
+
+    def __init__(self, exerciser, names=("readl", "writel", "toio", "burst 200")) -> None:
+        self.ex = exerciser
+        self.names = names
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.runs = 0
+        self.th = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            for line in self.names:
+                name, _, count = line.partition(" ")
+                try:
+                    self.ex.run(name, int(count) if count else None)
+                except BaseException as exc:  # noqa: BLE001 (reported by finish)
+                    self.errors.append(exc)
+                    return
+                self.runs += 1
+
+    def __enter__(self) -> Workload:
+        self.th.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.th.join(120)
+        assert not self.th.is_alive(), "the exerciser hangs"
+        assert not self.errors, self.errors
+        assert self.ex.mismatches() == 0
+
+
+def test_sigkill_controller_cycles(exerciser):
+    """SIGKILL of the controlling process at random points, while the driver works."""
+    ensure_helper()
+    start, length = exerciser.bar0
+    rnd = random.Random(1234)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with Workload(exerciser) as work:
+        for _ in range(KILL_CYCLES):
+            proc = subprocess.Popen([PY, "-c", CONTROLLER, str(start), str(length)],
+                                    stdout=subprocess.PIPE, env=env)
+            if rnd.random() < 0.7:      # armed, the driver mapping and accessing
+                assert proc.stdout.readline() == b"armed\n"
+                time.sleep(rnd.uniform(0, 0.3))
+            else:                      # somewhere in start-up
+                time.sleep(rnd.uniform(0, 1.5))
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            assert_disarmed()
+        assert work.runs > KILL_CYCLES
+    exerciser.run("readl")
+
+
+def test_filters_race_with_ioremap(exerciser):
+    """Adding and removing filters while the driver maps and unmaps on another CPU."""
+    ensure_helper()
+    start, length = exerciser.bar0
+    with Workload(exerciser, names=("subpage", "unaligned", "readl")), nl.HelperSocket() as h:
+        for _ in range(300):
+            h.filter_add(start, length)
+            time.sleep(0.002)
+            h.filter_del(start, length)
+        h.disarm_all()
+    assert_disarmed()
+
+
+def raw_request(h: nl.HelperSocket, cmd: int, attrs: list) -> int:
+    """Send a command with arbitrary attributes; 0 or the errno."""
+    msg = nl.ngmsg()
+    msg["cmd"] = cmd
+    msg["version"] = 1
+    msg["attrs"] = attrs
+    try:
+        h.sock.nlm_request(msg, msg_type=h.sock.prid,
+                           msg_flags=nl.NLM_F_REQUEST | nl.NLM_F_ACK)
+    except nl.NetlinkError as exc:
+        return exc.code
+    return 0
+
+
+def test_hostile_netlink_input(exerciser):
+    ensure_helper()
+    start, length = exerciser.bar0
+    with nl.HelperSocket() as h:
+        C = MmiotngCmd  # noqa: N806
+        cases = [
+            (C.MMIOTNG_CMD_FILTER_ADD, []),                                   # no attributes
+            (C.MMIOTNG_CMD_FILTER_ADD, [["MMIOTNG_A_PHYS", start]]),         # no size
+            (C.MMIOTNG_CMD_FILTER_ADD, [["MMIOTNG_A_PHYS", start], ["MMIOTNG_A_SIZE", 0]]),
+            (C.MMIOTNG_CMD_FILTER_ADD, [["MMIOTNG_A_PHYS", start],
+                                        ["MMIOTNG_A_SIZE", 2**64 - 4096]]),  # huge, wraps
+            (C.MMIOTNG_CMD_FILTER_ADD, [["MMIOTNG_A_PHYS", start + 1],
+                                        ["MMIOTNG_A_SIZE", 4096]]),           # unaligned
+            (C.MMIOTNG_CMD_FILTER_ADD, [["MMIOTNG_A_PHYS", 0x100000],
+                                        ["MMIOTNG_A_SIZE", 0x100000]]),       # RAM
+            (C.MMIOTNG_CMD_ARM_EXISTING, [["MMIOTNG_A_VIRT", 0xFFFFFFFF81000000],
+                                          ["MMIOTNG_A_SIZE", 4096],
+                                          ["MMIOTNG_A_PHYS", start]]),        # kernel text
+            (C.MMIOTNG_CMD_ARM_EXISTING, [["MMIOTNG_A_VIRT", 0], ["MMIOTNG_A_SIZE", 4096],
+                                          ["MMIOTNG_A_PHYS", start]]),
+            (C.MMIOTNG_CMD_SET_MODE, [["MMIOTNG_A_MODE", 7]]),
+            (C.MMIOTNG_CMD_FILTER_DEL, [["MMIOTNG_A_PHYS", start], ["MMIOTNG_A_SIZE", 4096]]),
+            (99, []),                                                          # no such cmd
+        ]
+        for cmd, attrs in cases:
+            code = raw_request(h, cmd, attrs)
+            assert code in (errno.EINVAL, errno.ENOENT, errno.EOPNOTSUPP, errno.ERANGE,
+                            errno.EFAULT), (cmd, attrs, code)
+        # overlapping filters
+        h.filter_add(start, length)
+        assert raw_request(h, C.MMIOTNG_CMD_FILTER_ADD, [["MMIOTNG_A_PHYS", start + 4096],
+                                                          ["MMIOTNG_A_SIZE", 4096]]) == errno.EEXIST
+        # a mapping that is not ioremapped from the filtered range: vmalloc memory
+        vm = next(int(ln.split("-")[0], 16) for ln in open("/proc/vmallocinfo")
+                  if "vmalloc" in ln and "pages=" in ln)
+        assert raw_request(h, C.MMIOTNG_CMD_ARM_EXISTING,
+                           [["MMIOTNG_A_VIRT", vm], ["MMIOTNG_A_SIZE", 4096],
+                            ["MMIOTNG_A_PHYS", start]]) in (errno.EINVAL, errno.EFAULT)
+        # a second controller is refused while this one owns the helper
+        with nl.HelperSocket() as other, pytest.raises(nl.HelperError) as exc:
+            other.filter_add(start, length)
+        assert exc.value.errno == errno.EBUSY
+        h.disarm_all()
+    exerciser.run("readl")
+    assert_disarmed()
+
+
+def test_unprivileged_netlink_refused(exerciser):
+    ensure_helper()
+    start, length = exerciser.bar0
+    code = f"""
+from mmiotrace_ng.netlink import HelperSocket, HelperError
+try:
+    HelperSocket().filter_add({start}, {length})
+except HelperError as e:
+    raise SystemExit(100 + e.errno)
+"""
+    res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          "--inh-caps=-all", PY, "-c", code],
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True)
+    assert res.returncode == 100 + errno.EPERM, res.stderr
+    assert_disarmed()
+
+
+def test_sigterm_mid_burst_keeps_a_complete_prefix(exerciser):
+    """SIGTERM during a write loop: every write up to the stop is traced or counted lost."""
+    n = 1_000_000
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-sigterm").start()
+    th = threading.Thread(target=exerciser.run, args=("wloop", n))
+    th.start()
+    time.sleep(2.0)
+    assert t.stop(signal.SIGTERM) == 0
+    th.join(600)
+    recs = to_records(t.text(), exerciser.bar0[0])
+    values = [r[3] for r in recs if r[:3] == ("W", 4, 0x04)]
+    assert 0 < len(values) < n
+    assert values[0] == 0 and values == sorted(set(values)), "out of order or repeated"
+    lost = int(re.search(r"lost (\d+)", t.stderr()).group(1))
+    assert values[-1] + 1 - len(values) == lost, "a write is neither traced nor counted lost"
+    assert_disarmed()
+
+
+def test_two_devices_unload_and_unplug(exerciser):
+    """edu and e1000 at once; rmmod of the traced driver; sysfs remove; helper rmmod."""
+    e1000 = find_pci_device(*E1000_ID)
+    assert e1000 is not None
+    subprocess.run(["rmmod", "e1000"], capture_output=True)
+    t = NgTracer(["--pci", exerciser.dev.name, "--pci", e1000.name], "ng-two").start()
+    try:
+        subprocess.run(["modprobe", "e1000"], check=True)
+        exerciser.run("readl")
+        t.wait_for("R 4 ")
+        assert helper_status()["mappings"] >= 1          # e1000's BAR0 stays mapped
+        subprocess.run(["rmmod", "e1000"], check=True)     # UNMAP of the traced mapping
+        assert helper_status()["mappings"] == 0
+        subprocess.run(["modprobe", "e1000"], check=True)
+        Path(f"/sys/bus/pci/devices/{e1000.name}/remove").write_text("1")
+        assert helper_status()["mappings"] == 0
+        Path("/sys/bus/pci/rescan").write_text("1")
+        subprocess.run(["rmmod", "e1000"], check=True)
+        # the helper unloaded under a running tracer: refused, or everything restored
+        res = subprocess.run(["rmmod", "mmiotng"], capture_output=True, text=True)
+        if res.returncode == 0:
+            assert not Path("/sys/module/mmiotng").exists()
+        exerciser.run("readl")
+    finally:
+        t.stop()
+        subprocess.run(["rmmod", "e1000"], capture_output=True)
+        ensure_helper()
+        Path("/sys/bus/pci/rescan").write_text("1")
+    text = t.text()
+    maps = [ln for ln in text.splitlines() if ln.startswith("MAP ")]
+    assert any(f"{exerciser.bar0[0]:#x}" in ln for ln in maps)
+    assert any(f"{e1000.bars[0][0]:#x}" in ln for ln in maps)
+    ids = [ln.split()[2] for ln in maps]
+    assert ids == [str(i) for i in range(1, len(ids) + 1)]
+    unmaps = [ln.split()[2] for ln in text.splitlines() if ln.startswith("UNMAP ")]
+    assert set(ids) <= set(unmaps), "every traced mapping must have its UNMAP"
+    assert_disarmed()

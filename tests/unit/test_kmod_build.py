@@ -1,0 +1,60 @@
+"""The kernel code builds with zero warnings (W=1) and is checkpatch-clean."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TARBALL = Path("/usr/src/linux-source-6.1.tar.xz")
+SOURCES = {
+    "kmod": ["mmiotng_main.c", "mmiotng_nl.c", "mmiotng_hooks.c", "mmiotng.h",
+             "mmiotng_abi.h", "ng_decode.c", "ng_decode.h"],
+    "tests/drivers/edu_exerciser": ["edu_exerciser.c"],
+}
+
+
+def kbuild_dir() -> Path:
+    dirs = sorted(glob.glob("/lib/modules/*-amd64/build"))
+    if not dirs:
+        pytest.skip("no kernel headers (linux-headers-amd64)")
+    return Path(dirs[-1])
+
+
+@pytest.mark.parametrize("subdir", list(SOURCES))
+def test_builds_without_warnings(subdir, tmp_path):
+    src = REPO / subdir
+    work = tmp_path / "src"
+    shutil.copytree(src, work, ignore=shutil.ignore_patterns("*.o", "*.ko", "*.mod*", ".*"))
+    out = subprocess.run(["make", "-C", str(kbuild_dir()), f"M={work}", "W=1", "modules"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    warnings = [ln for ln in (out.stdout + out.stderr).splitlines() if "warning:" in ln]
+    assert not warnings, "\n".join(warnings)
+    assert list(work.glob("*.ko"))
+
+
+@pytest.fixture(scope="module")
+def checkpatch(tmp_path_factory) -> Path:
+    if not TARBALL.exists():
+        pytest.skip("no kernel source (linux-source-6.1)")
+    out = tmp_path_factory.mktemp("ksrc")
+    files = [f"linux-source-6.1/scripts/{f}" for f in
+             ("checkpatch.pl", "spelling.txt", "const_structs.checkpatch")]
+    subprocess.run(["tar", "-xf", str(TARBALL), "-C", str(out), *files], check=True)
+    return out / "linux-source-6.1" / "scripts" / "checkpatch.pl"
+
+
+@pytest.mark.parametrize("subdir", list(SOURCES))
+def test_checkpatch_clean(subdir, checkpatch):
+    files = [str(REPO / subdir / f) for f in SOURCES[subdir]]
+    out = subprocess.run(["perl", str(checkpatch), "--no-tree", "--ignore",
+                          "SPDX_LICENSE_TAG,FILE_PATH_CHANGES,VOLATILE", "-f", *files],
+                         capture_output=True, text=True)
+    totals = [ln for ln in out.stdout.splitlines() if ln.startswith("total:")]
+    assert len(totals) == len(files)
+    assert all(t.startswith("total: 0 errors, 0 warnings") for t in totals), out.stdout
