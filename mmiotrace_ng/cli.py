@@ -124,23 +124,39 @@ class Existing:
     phys: int
 
 
-def existing_mappings(ranges: list[tuple[int, int]],
-                      vmallocinfo: str = "/proc/vmallocinfo") -> list[Existing]:
-    """ioremap areas of the traced ranges that exist now."""
+KPTR_RESTRICT = Path("/proc/sys/kernel/kptr_restrict")
+
+
+def read_vmallocinfo(path: str = "/proc/vmallocinfo") -> str:
+    """/proc/vmallocinfo with real addresses: with kptr_restrict 0 the kernel
+    prints hashed ones, so it is set to 1 (root still sees them) meanwhile."""
+    try:
+        saved = KPTR_RESTRICT.read_text().strip()
+    except OSError:
+        saved = None
+    if saved == "0":
+        KPTR_RESTRICT.write_text("1")
+    try:
+        return Path(path).read_text()
+    finally:
+        if saved == "0":
+            KPTR_RESTRICT.write_text(saved)
+
+
+def existing_mappings(ranges: list[tuple[int, int]], vmallocinfo: str) -> list[Existing]:
+    """ioremap areas of the traced ranges in vmallocinfo's text."""
     found = []
-    with open(vmallocinfo) as fh:
-        for line in fh:
-            fields = line.split()
-            if "ioremap" not in fields:
-                continue
-            phys = next((int(f[5:], 16) for f in fields if f.startswith("phys=")), None)
-            if phys is None:
-                continue
-            start, _, end = fields[0].partition("-")
-            virt, size = int(start, 16), int(fields[1]) - 4096   # less the guard page
-            for lo, hi in ranges:
-                if lo <= phys < hi:
-                    found.append(Existing(virt, min(size, hi - phys), phys))
+    for line in vmallocinfo.splitlines():
+        fields = line.split()
+        if "ioremap" not in fields:
+            continue
+        phys = next((int(f[5:], 16) for f in fields if f.startswith("phys=")), None)
+        if phys is None:
+            continue
+        virt, size = int(fields[0].partition("-")[0], 16), int(fields[1]) - 4096  # less guard
+        for lo, hi in ranges:
+            if lo <= phys < hi:
+                found.append(Existing(virt, min(size, hi - phys), phys))
     return found
 
 
@@ -179,7 +195,7 @@ class Session:
         if self.raw:
             self.raw.header(header)
         if not self.args.no_existing:
-            for m in existing_mappings(ranges):
+            for m in existing_mappings(ranges, read_vmallocinfo()):
                 try:
                     self.helper.arm_existing(m.virt, m.size, m.phys)
                 except HelperError as exc:

@@ -30,7 +30,7 @@ class NgTracer:
     def start(self) -> NgTracer:
         with open(self.errf, "wb") as err:
             self.proc = subprocess.Popen(
-                [*NG, *self.args, "-o", str(self.out), "--raw", str(self.raw)],
+                [*NG, "-o", str(self.out), "--raw", str(self.raw), *self.args],
                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:

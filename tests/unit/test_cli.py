@@ -1,0 +1,58 @@
+"""CLI pieces that need no kernel: arguments, raw files, vmallocinfo parsing."""
+# ruff: noqa: E501  (vmallocinfo lines are long)
+
+from __future__ import annotations
+
+import pytest
+
+from mmiotrace_ng import cli
+from mmiotrace_ng.render import Renderer, synthetic_access_records
+
+VMALLOCINFO = """\
+0xffffc90000000000-0xffffc90000002000    8192 acpi_os_map_iomem+0x1c6/0x1f0 phys=0x00000000fed00000 ioremap
+0xffffc90000600000-0xffffc90000701000 1052672 pci_iomap_range+0x5e/0x80 phys=0x00000000fea00000 ioremap
+0xffffc90000800000-0xffffc90000802000    8192 alloc_thread_stack_node+0x44/0x1b0 pages=1 vmalloc N0=1
+"""
+
+
+def test_existing_mappings_picks_the_traced_ranges():
+    found = cli.existing_mappings([(0xFEA00000, 0xFEB00000)], VMALLOCINFO)
+    assert found == [cli.Existing(0xFFFFC90000600000, 0x100000, 0xFEA00000)]
+    assert cli.existing_mappings([(0x1000, 0x2000)], VMALLOCINFO) == []
+
+
+def test_raw_file_round_trip(tmp_path):
+    recs = synthetic_access_records(100)
+    path = tmp_path / "t.raw"
+    w = cli.RawWriter(str(path))
+    w.header("VERSION 20070824\n")
+    w.records(recs[:60])
+    w.records(recs[60:])
+    w.close()
+    header, back = cli.read_raw(str(path))
+    assert header == "VERSION 20070824\n" and back == recs
+    assert Renderer().feed_batch(back) == Renderer().feed_batch(recs)
+
+
+def test_raw_file_rejects_other_files(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("VERSION 20070824\n")
+    with pytest.raises(cli.UsageError):
+        cli.read_raw(str(path))
+
+
+@pytest.mark.parametrize("argv,words", [
+    ([], "nothing to trace"),
+    (["--pci", "01:00.0", "modprobe"], "put the command after --"),
+    (["--pci", "01:00.0", "--buffer-size-kb", "1"], "at least 4"),
+])
+def test_usage_errors_exit_2(argv, words, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(argv)
+    assert exc.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_command_after_double_dash():
+    args = cli.parse_args(["--pci", "01:00.0", "--", "modprobe", "-v", "nouveau"])
+    assert args.cmd == ["modprobe", "-v", "nouveau"] and args.pci == ["01:00.0"]
