@@ -59,6 +59,7 @@ struct ng_stats {
 	u64 singlestepped;
 	u64 unknown;
 	u64 refused;
+	u64 retried;
 };
 
 extern struct mutex ng_mutex;

@@ -830,6 +830,13 @@ static void ng_fault(struct pt_regs *regs, unsigned long error_code,
 	rcu_read_unlock();
 }
 
+/* Runs in place of bad_area_nosemaphore() for a fault that raced a disarm. */
+static void ng_fault_retry(struct pt_regs *regs, unsigned long error_code,
+			   unsigned long address)
+{
+	this_cpu_inc(ng_stats.retried);
+}
+
 /*
  * kprobe on bad_area_nosemaphore(regs, error_code, address): for a
  * not-present kernel-mode fault on an armed page, run ng_fault() instead.
@@ -839,6 +846,8 @@ static int ng_fault_pre(struct kprobe *p, struct pt_regs *kregs)
 	struct pt_regs *regs = (struct pt_regs *)regs_get_kernel_argument(kregs, 0);
 	unsigned long error_code = regs_get_kernel_argument(kregs, 1);
 	unsigned long address = regs_get_kernel_argument(kregs, 2);
+	unsigned int level;
+	pte_t *ptep;
 	bool ours;
 
 	if (error_code & (X86_PF_PROT | X86_PF_USER | X86_PF_RSVD | X86_PF_INSTR |
@@ -849,10 +858,20 @@ static int ng_fault_pre(struct kprobe *p, struct pt_regs *kregs)
 	rcu_read_lock();
 	ours = !!ng_find_mapping(address);
 	rcu_read_unlock();
-	if (!ours)
+	if (ours) {
+		/* the ftrace trampoline calls ng_fault() with the same arguments */
+		instruction_pointer_set(kregs, (unsigned long)ng_fault);
+		return 1;
+	}
+	/*
+	 * A page disarmed on another CPU between this fault and now is present
+	 * again: the access only needs to be retried.  Not-present entries are
+	 * never cached, so nothing else makes such a fault.
+	 */
+	ptep = lookup_address(address, &level);
+	if (!ptep || !pte_present(*ptep))
 		return 0;
-	/* the ftrace trampoline calls ng_fault() with the same arguments */
-	instruction_pointer_set(kregs, (unsigned long)ng_fault);
+	instruction_pointer_set(kregs, (unsigned long)ng_fault_retry);
 	return 1;
 }
 
@@ -1031,6 +1050,7 @@ void ng_get_stats(struct ng_stats *sum)
 		sum->singlestepped += s->singlestepped;
 		sum->unknown += s->unknown;
 		sum->refused += s->refused;
+		sum->retried += s->retried;
 	}
 	sum->filters = ng_nr_filters();
 	sum->mappings = 0;

@@ -91,5 +91,10 @@ def render(raw: Path, compat: bool = False) -> str:
 
 
 def helper_status() -> dict[str, int]:
-    out = subprocess.run([*NG, "status"], capture_output=True, text=True, check=True)
-    return {k: int(v) for k, v in (line.split(": ") for line in out.stdout.splitlines())}
+    """The helper's counters (what `mmiotrace-ng status` prints), in-process."""
+    from dataclasses import asdict
+
+    from mmiotrace_ng.netlink import HelperSocket
+
+    with HelperSocket() as h:
+        return asdict(h.status())
