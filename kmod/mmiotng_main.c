@@ -974,6 +974,20 @@ int ng_filter_del(phys_addr_t start, u64 size)
 	return -ENOENT;
 }
 
+/* Whether [virt, virt + size) overlaps a shadow: arming one would recurse. */
+static bool ng_is_shadow(unsigned long virt, u64 size)
+{
+	struct ng_filter *f;
+
+	list_for_each_entry(f, &ng_filters, node) {
+		unsigned long s = (unsigned long)f->shadow;
+
+		if (virt < s + f->size && s < virt + size)
+			return true;
+	}
+	return false;
+}
+
 /* Arm a mapping made before tracing started (found in /proc/vmallocinfo). */
 int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 {
@@ -990,6 +1004,8 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 	f = ng_find_filter(phys, size);
 	if (!f)
 		return -ENOENT;
+	if (ng_is_shadow(virt, size))
+		return -EPERM;
 	m = ng_mapping_alloc(virt, phys, size, GFP_KERNEL, &ret);
 	if (!m)
 		return ret;

@@ -110,6 +110,8 @@ static int ng_cmd_arm_existing(struct sk_buff *skb, struct genl_info *info)
 		GENL_SET_ERR_MSG(info, "not a mapping of that physical range");
 	else if (ret == -ENOENT)
 		GENL_SET_ERR_MSG(info, "range is not inside a filter");
+	else if (ret == -EPERM)
+		GENL_SET_ERR_MSG(info, "that is the helper's own mapping");
 	mutex_unlock(&ng_mutex);
 	return ret;
 }

@@ -148,7 +148,7 @@ def existing_mappings(ranges: list[tuple[int, int]], vmallocinfo: str) -> list[E
     found = []
     for line in vmallocinfo.splitlines():
         fields = line.split()
-        if "ioremap" not in fields:
+        if "ioremap" not in fields or "[mmiotng]" in fields:   # not the helper's own
             continue
         phys = next((int(f[5:], 16) for f in fields if f.startswith("phys=")), None)
         if phys is None:

@@ -23,6 +23,7 @@ from ng_tracer import REPO, NgTracer, helper_status
 
 import mmiotrace_ng.netlink as nl
 from mmiotrace_ng.abi import MmiotngCmd
+from mmiotrace_ng.cli import read_vmallocinfo
 
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3"
 KILL_CYCLES = int(os.environ.get("NG_KILL_CYCLES", "50"))
@@ -174,11 +175,17 @@ def test_hostile_netlink_input(exerciser):
         assert raw_request(h, C.MMIOTNG_CMD_FILTER_ADD, [["MMIOTNG_A_PHYS", start + 4096],
                                                           ["MMIOTNG_A_SIZE", 4096]]) == errno.EEXIST
         # a mapping that is not ioremapped from the filtered range: vmalloc memory
-        vm = next(int(ln.split("-")[0], 16) for ln in open("/proc/vmallocinfo")
-                  if "vmalloc" in ln and "pages=" in ln)
+        info = read_vmallocinfo().splitlines()    # with real addresses
+        vm = next(int(ln.split("-")[0], 16) for ln in info if "vmalloc" in ln and "pages=" in ln)
         assert raw_request(h, C.MMIOTNG_CMD_ARM_EXISTING,
                            [["MMIOTNG_A_VIRT", vm], ["MMIOTNG_A_SIZE", 4096],
                             ["MMIOTNG_A_PHYS", start]]) in (errno.EINVAL, errno.EFAULT)
+        # the helper's own second mapping of the range (arming it would recurse)
+        shadow = next(ln for ln in info if "[mmiotng]" in ln)
+        assert raw_request(h, C.MMIOTNG_CMD_ARM_EXISTING,
+                           [["MMIOTNG_A_VIRT", int(shadow.split("-")[0], 16)],
+                            ["MMIOTNG_A_SIZE", 4096],
+                            ["MMIOTNG_A_PHYS", start]]) == errno.EPERM
         # a second controller is refused while this one owns the helper
         with nl.HelperSocket() as other, pytest.raises(nl.HelperError) as exc:
             other.filter_add(start, length)

@@ -12,6 +12,7 @@ VMALLOCINFO = """\
 0xffffc90000000000-0xffffc90000002000    8192 acpi_os_map_iomem+0x1c6/0x1f0 phys=0x00000000fed00000 ioremap
 0xffffc90000600000-0xffffc90000701000 1052672 pci_iomap_range+0x5e/0x80 phys=0x00000000fea00000 ioremap
 0xffffc90000800000-0xffffc90000802000    8192 alloc_thread_stack_node+0x44/0x1b0 pages=1 vmalloc N0=1
+0xffffc90000a00000-0xffffc90000b01000 1052672 ng_filter_add+0x9d/0x160 [mmiotng] phys=0x00000000fea00000 ioremap
 """
 
 
