@@ -1,0 +1,94 @@
+"""Overload: a sustained access storm from both CPUs under mmiotrace-ng.
+
+Run inside the test guest (see tests/storm).  The exerciser's burst scenario
+(COUNT reads on each of two CPUs at once) runs back to back for --seconds
+with mmiotrace-ng tracing the edu device at its default buffer size, output
+to /dev/null.  Checks: records emitted + records lost == records made,
+exactly; the tracer's RSS stays flat (printed every 10 s); dmesg clean.
+Exit status 0 when all hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from conftest import BAD_KERNEL_LOG, EXERCISER_DEBUGFS, EXERCISER_KO, KernelLog  # noqa: E402
+from kernel_tracer import find_pci_device  # noqa: E402
+from ng_tracer import NG  # noqa: E402
+
+SUMMARY = re.compile(r"map (\d+), unmap (\d+), access (\d+), mark (\d+)\), lost (\d+)")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=300)
+    ap.add_argument("--count", type=int, default=20000, help="reads per CPU per burst")
+    args = ap.parse_args()
+
+    log = KernelLog()
+    if not Path("/sys/module/edu_exerciser").exists():
+        subprocess.run(["insmod", str(EXERCISER_KO)], check=True)
+    dev = find_pci_device(0x1234, 0x11E8)
+    err = open("/tmp/storm.err", "w+")
+    proc = subprocess.Popen([*NG, "--pci", dev.name, "-o", "/dev/null"], stderr=err)
+    while "ready" not in Path("/tmp/storm.err").read_text():
+        if proc.poll() is not None:
+            print(Path("/tmp/storm.err").read_text(), file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    pid = proc.pid   # the shim execs python: the same process
+    runs, t0, next_report, rss = 0, time.monotonic(), 0.0, []
+    while time.monotonic() - t0 < args.seconds:
+        (EXERCISER_DEBUGFS / "run").write_text(f"burst {args.count}\n")
+        runs += 1
+        now = time.monotonic() - t0
+        if now >= next_report:
+            rss.append(rss_kib(pid))
+            print(f"storm: {now:6.0f} s, {runs} bursts, tracer RSS {rss[-1]} KiB",
+                  file=sys.stderr, flush=True)
+            next_report += 10
+    proc.send_signal(signal.SIGINT)
+    proc.wait(600)
+    text = Path("/tmp/storm.err").read_text()
+    m = SUMMARY.search(text)
+    if not m:
+        print(text, file=sys.stderr)
+        return 1
+    maps, unmaps, access, _marks, lost = map(int, m.groups())
+    made = runs * (2 * args.count + 2)
+    emitted = maps + unmaps + access
+    print(f"storm: {runs} bursts, {made} records made, {emitted} emitted, {lost} lost; "
+          f"RSS first {rss[0]} KiB, max {max(rss)} KiB, last {rss[-1]} KiB")
+    ok = emitted + lost == made
+    if not ok:
+        print("storm: FAIL: emitted + lost != made", file=sys.stderr)
+    # flat: after warm-up it grows by less than 10 %
+    if max(rss[1:] or rss) > 1.1 * (rss[1] if len(rss) > 1 else rss[0]):
+        print("storm: FAIL: the tracer's memory grows", file=sys.stderr)
+        ok = False
+    bad = [ln for ln in log.new_lines() if BAD_KERNEL_LOG.search(ln)]
+    if bad:
+        print("storm: FAIL: kernel log:\n" + "\n".join(bad), file=sys.stderr)
+        ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
