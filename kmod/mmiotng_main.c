@@ -468,6 +468,39 @@ static void __iomem *ng_shadow(unsigned long addr, unsigned int width,
 	return m->filter->shadow + (phys - m->filter->start);
 }
 
+/* The access itself, through the shadow; width is 1, 2, 4 or 8 (ng_emulate). */
+static u64 ng_io_read(void __iomem *io, unsigned int width)
+{
+	switch (width) {
+	case 1:
+		return readb(io);
+	case 2:
+		return readw(io);
+	case 4:
+		return readl(io);
+	default:
+		return readq(io);
+	}
+}
+
+static void ng_io_write(void __iomem *io, unsigned int width, u64 val)
+{
+	switch (width) {
+	case 1:
+		writeb(val, io);
+		break;
+	case 2:
+		writew(val, io);
+		break;
+	case 4:
+		writel(val, io);
+		break;
+	default:
+		writeq(val, io);
+		break;
+	}
+}
+
 static void ng_emit(struct ng_emu_ctx *c)
 {
 	mmiotng_access_hook(&c->acc);
@@ -489,22 +522,7 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 		*val = 0;
 		return copy_from_kernel_nofault(val, (void *)addr, width);
 	}
-	switch (width) {
-	case 1:
-		*val = readb(io);
-		break;
-	case 2:
-		*val = readw(io);
-		break;
-	case 4:
-		*val = readl(io);
-		break;
-	case 8:
-		*val = readq(io);
-		break;
-	default:
-		return -EINVAL;
-	}
+	*val = ng_io_read(io, width);
 	ng_fill_access(&c->acc, m, addr, c->regs->ip, c->bytes, c->nbytes);
 	c->acc.op = MMIOTNG_OP_READ;
 	c->acc.width = width;
@@ -561,22 +579,7 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 	c->acc.value = val;
 	if (ng_is_string(c->insn))
 		c->acc.flags |= MMIOTNG_F_REP;
-	switch (width) {
-	case 1:
-		writeb(val, io);
-		break;
-	case 2:
-		writew(val, io);
-		break;
-	case 4:
-		writel(val, io);
-		break;
-	case 8:
-		writeq(val, io);
-		break;
-	default:
-		return -EINVAL;
-	}
+	ng_io_write(io, width, val);
 	ng_emit(c);
 	return 0;
 }
@@ -607,32 +610,6 @@ static bool ng_emulate_fault(struct pt_regs *regs, unsigned long addr,
 	}
 	/* a partial rep resumes when the instruction faults again */
 	return ret == 0 || ret == NG_EMU_PARTIAL;
-}
-
-static const u8 ng_reg_off[16] = {
-	offsetof(struct pt_regs, ax), offsetof(struct pt_regs, cx),
-	offsetof(struct pt_regs, dx), offsetof(struct pt_regs, bx),
-	offsetof(struct pt_regs, sp), offsetof(struct pt_regs, bp),
-	offsetof(struct pt_regs, si), offsetof(struct pt_regs, di),
-	offsetof(struct pt_regs, r8), offsetof(struct pt_regs, r9),
-	offsetof(struct pt_regs, r10), offsetof(struct pt_regs, r11),
-	offsetof(struct pt_regs, r12), offsetof(struct pt_regs, r13),
-	offsetof(struct pt_regs, r14), offsetof(struct pt_regs, r15),
-};
-
-/* The memory value of a load (after it) or a store (before it). */
-static u64 ng_insn_value(const struct ng_insn *insn, const struct pt_regs *regs)
-{
-	unsigned long r;
-
-	if (insn->kind == NG_KIND_STORE_IMM)
-		return insn->imm;
-	if (insn->reg > 15)
-		return 0;
-	if (insn->high8)
-		return (*(unsigned long *)((u8 *)regs + ng_reg_off[insn->reg - 4]) >> 8) & 0xff;
-	r = *(unsigned long *)((u8 *)regs + ng_reg_off[insn->reg]);
-	return insn->mem_width == 8 ? r : r & ((1UL << (insn->mem_width * 8)) - 1);
 }
 
 static bool ng_insn_is_load(const struct ng_insn *insn)
@@ -677,7 +654,7 @@ static void ng_singlestep_start(struct pt_regs *regs, struct ng_mapping *m,
 	if (decoded && !ng_insn_is_load(insn) && insn->kind != NG_KIND_MOVS) {
 		s->acc.op = MMIOTNG_OP_WRITE;
 		s->acc.width = insn->mem_width;
-		s->acc.value = ng_insn_value(insn, regs);
+		s->acc.value = ng_operand_value(insn, regs);
 	}
 	s->saved_flags = regs->flags & (X86_EFLAGS_TF | X86_EFLAGS_IF);
 	s->active = true;
@@ -720,7 +697,7 @@ static void ng_singlestep_finish(struct ng_step *s, struct pt_regs *regs)
 	if (s->decoded && ng_insn_is_load(&s->insn)) {
 		acc->op = MMIOTNG_OP_READ;
 		acc->width = s->insn.mem_width;
-		acc->value = ng_insn_value(&s->insn, regs);
+		acc->value = ng_operand_value(&s->insn, regs);
 		ng_fill_compat(acc, s->bytes, s->nbytes, regs);
 	} else if (!s->decoded || s->insn.kind == NG_KIND_MOVS) {
 		acc->op = MMIOTNG_OP_UNKNOWN;

@@ -93,6 +93,15 @@ static void ng_reg_set(struct pt_regs *regs, unsigned int no,
 	}
 }
 
+u64 ng_operand_value(const struct ng_insn *insn, const struct pt_regs *regs)
+{
+	if (insn->kind == NG_KIND_STORE_IMM)
+		return insn->imm;
+	if (insn->reg == NG_REG_NONE)
+		return 0;
+	return ng_reg_get(regs, insn->reg, insn->mem_width, insn->high8);
+}
+
 /* Little-endian load of @n (<= 8) bytes. */
 static u64 ng_le(const u8 *p, unsigned int n)
 {

@@ -189,6 +189,16 @@ unsigned long ng_modrm_ea(const struct ng_insn *insn,
 			  const struct pt_regs *regs);
 
 /**
+ * ng_operand_value() - the memory value of a mov's register or immediate
+ * @insn: a decoded instruction
+ * @regs: for a store, the registers before it; for a load, after it
+ *
+ * Return: the immediate of STORE_IMM, else the low @insn->mem_width bytes
+ * of the register operand (AH..BH for @insn->high8); 0 without one (movs).
+ */
+u64 ng_operand_value(const struct ng_insn *insn, const struct pt_regs *regs);
+
+/**
  * struct ng_access - one memory access made by ng_emulate()
  * @addr: the address the emulator computed for it
  * @value: the value read or written, zero-extended from @width bytes
