@@ -217,6 +217,8 @@ class Session:
             self.out.flush()
 
     def finish(self) -> None:
+        """Stop new accesses, then print what is left in the ring buffer."""
+        self.disarm()
         if self.probes is not None:
             recs = self.probes.drain()
             if self.raw:
@@ -228,16 +230,19 @@ class Session:
             self.renderer.lost = total
             self.out.flush()
 
-    def close(self) -> None:
-        if self.raw is not None:
-            self.raw.close()
+    def disarm(self) -> None:
         if self.helper is not None:
             try:
                 self.helper.disarm_all()
-            except Exception:  # the socket close disarms too
+            except Exception:  # noqa: BLE001 (closing the socket disarms too)
                 pass
             self.helper.close()
             self.helper = None
+
+    def close(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
+        self.disarm()
         if self.probes is not None:
             self.probes.close()
             self.probes = None

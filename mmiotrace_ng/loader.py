@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .abi import MMIOTNG_HOOK_SYMBOL, MMIOTNG_MARK_HOOK_SYMBOL
+from .ringbuf import RingReader
 
 PKG = Path(__file__).resolve().parent
 # In a checkout the sources sit beside the package; installed, they are
@@ -57,7 +58,6 @@ class Probes:
         except ImportError as exc:
             raise LoaderError("bcc's Python bindings are missing: install python3-bpfcc "
                               "(Debian/Ubuntu) and run with the system python3") from exc
-        self._records: list[bytes] = []
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
@@ -80,7 +80,7 @@ class Probes:
         except Exception:
             self.close()
             raise
-        self.bpf["events"].open_ring_buffer(self._on_record)
+        self.ring = RingReader(self.bpf["events"].map_fd, self.buffer_bytes)
 
     def _attach(self) -> None:
         b = self.bpf
@@ -99,24 +99,18 @@ class Probes:
                 raise LoaderError(f"cannot attach a kprobe to {event}: {exc}") from exc
             self.attached.append(event)
 
-    def _on_record(self, ctx: int, data: int, size: int) -> int:
-        self._records.append(ctypes.string_at(data, size))
-        return 0
-
     def poll(self, timeout_ms: int) -> list[bytes]:
         """Records available within timeout_ms, oldest first."""
-        self.bpf.ring_buffer_poll(timeout_ms)
-        out, self._records = self._records, []
-        return out
+        recs = self.ring.read()
+        if not recs:
+            self.ring.wait(timeout_ms)
+            recs = self.ring.read()
+        return recs
 
     def drain(self) -> list[bytes]:
-        out: list[bytes] = []
-        while True:
-            self.bpf.ring_buffer_consume()
-            if not self._records:
-                return out
-            out += self._records
-            self._records = []
+        """What the ring buffer holds now (at most one buffer's worth, so
+        that a producer that goes on cannot keep this from returning)."""
+        return self.ring.read(self.buffer_bytes // 16)
 
     def drops(self) -> tuple[int, int]:
         """(records dropped in all, dropped but not yet reported in a record)."""
@@ -135,6 +129,8 @@ class Probes:
         return map_id
 
     def close(self) -> None:
+        if hasattr(self, "ring"):
+            self.ring.close()
         self.bpf.cleanup()
 
 

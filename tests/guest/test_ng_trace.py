@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -184,19 +183,23 @@ def test_smp_stress(edu, ng):
 
 def test_sigkill_during_burst_leaves_nothing_armed(edu, ng):
     errors: list[BaseException] = []
+    n = 20 * SMP_N
 
     def burst():
         try:
-            edu.run("burst", SMP_N)
+            edu.run("burst", n)
         except BaseException as exc:  # noqa: BLE001 (reported below)
             errors.append(exc)
 
     th = threading.Thread(target=burst)
     th.start()
-    time.sleep(1.0)
-    assert th.is_alive(), "the burst ended before the kill: make SMP_N larger"
-    ng.stop(signal.SIGKILL)
-    th.join(300)
+    try:
+        ng.wait_for("R 4 ", timeout=120)    # the burst is being traced
+        alive = th.is_alive()
+    finally:
+        ng.stop(signal.SIGKILL)
+    th.join(600)
+    assert alive, "the burst ended before the kill: make it longer"
     assert not errors
     st = helper_status()
     assert st["armed_pages"] == 0 and st["mappings"] == 0 and st["filters"] == 0
@@ -234,6 +237,10 @@ def test_e1000_matches_kernel():
     dev = find_pci_device(*E1000_ID)
     assert dev is not None, "boot the VM with --qemu '-device e1000,...'"
     subprocess.run(["rmmod", "e1000"], capture_output=True)
+    # one load first, so that both traced loads find the device in the state
+    # a previous driver left (the first load after boot reads other values)
+    subprocess.run(["modprobe", "e1000"], check=True)
+    subprocess.run(["rmmod", "e1000"], check=True)
     base = dev.bars[0][0]
     kernel = capture(lambda: subprocess.run(["modprobe", "e1000"], check=True),
                      quiet=2.0, timeout=300)
