@@ -507,6 +507,18 @@ static void ng_emit(struct ng_emu_ctx *c)
 	c->pending = false;
 }
 
+/* Describe an access made through the shadow in c->acc. */
+static void ng_describe(struct ng_emu_ctx *c, struct ng_mapping *m,
+			unsigned long addr, u8 op, unsigned int width, u64 val)
+{
+	ng_fill_access(&c->acc, m, addr, c->regs->ip, c->bytes, c->nbytes);
+	c->acc.op = op;
+	c->acc.width = width;
+	c->acc.value = val;
+	if (ng_is_string(c->insn))
+		c->acc.flags |= MMIOTNG_F_REP;
+}
+
 static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *val)
 {
 	struct ng_emu_ctx *c = ctx;
@@ -523,12 +535,7 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 		return copy_from_kernel_nofault(val, (void *)addr, width);
 	}
 	*val = ng_io_read(io, width);
-	ng_fill_access(&c->acc, m, addr, c->regs->ip, c->bytes, c->nbytes);
-	c->acc.op = MMIOTNG_OP_READ;
-	c->acc.width = width;
-	c->acc.value = *val;
-	if (ng_is_string(c->insn))
-		c->acc.flags |= MMIOTNG_F_REP;
+	ng_describe(c, m, addr, MMIOTNG_OP_READ, width, *val);
 	/*
 	 * String reads are unknown to the kernel's decoder whatever the
 	 * registers hold; a plain load is reported once its register is set.
@@ -571,14 +578,9 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 		}
 		return 0;
 	}
+	ng_describe(c, m, addr, MMIOTNG_OP_WRITE, width, val);
 	/* the kernel's tracer sees the registers as they are before the store */
-	ng_fill_access(&c->acc, m, addr, c->regs->ip, c->bytes, c->nbytes);
 	ng_fill_compat(&c->acc, c->bytes, c->nbytes, c->regs);
-	c->acc.op = MMIOTNG_OP_WRITE;
-	c->acc.width = width;
-	c->acc.value = val;
-	if (ng_is_string(c->insn))
-		c->acc.flags |= MMIOTNG_F_REP;
 	ng_io_write(io, width, val);
 	ng_emit(c);
 	return 0;
