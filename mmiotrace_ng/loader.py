@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .abi import MMIOTNG_HOOK_SYMBOL, MMIOTNG_MARK_HOOK_SYMBOL
-from .ringbuf import RingReader
 
 PKG = Path(__file__).resolve().parent
 # In a checkout the sources sit beside the package; installed, they are
@@ -80,7 +79,8 @@ class Probes:
         except Exception:
             self.close()
             raise
-        self.ring = RingReader(self.bpf["events"].map_fd, self.buffer_bytes)
+        self._records: list[bytes] = []
+        self.bpf["events"].open_ring_buffer(self._on_record)
 
     def _attach(self) -> None:
         b = self.bpf
@@ -99,18 +99,28 @@ class Probes:
                 raise LoaderError(f"cannot attach a kprobe to {event}: {exc}") from exc
             self.attached.append(event)
 
+    def _on_record(self, ctx: int, data: int, size: int) -> int:
+        self._records.append(ctypes.string_at(data, size))
+        return 0
+
     def poll(self, timeout_ms: int) -> list[bytes]:
         """Records available within timeout_ms, oldest first."""
-        recs = self.ring.read()
-        if not recs:
-            self.ring.wait(timeout_ms)
-            recs = self.ring.read()
-        return recs
+        self.bpf.ring_buffer_poll(timeout_ms)
+        out, self._records = self._records, []
+        return out
 
     def drain(self) -> list[bytes]:
-        """What the ring buffer holds now (at most one buffer's worth, so
-        that a producer that goes on cannot keep this from returning)."""
-        return self.ring.read(self.buffer_bytes // 16)
+        """What the ring buffer holds now (at most about one buffer's worth,
+        so that a producer that goes on cannot keep this from returning)."""
+        out: list[bytes] = []
+        limit = self.buffer_bytes // 16
+        while len(out) < limit:
+            self.bpf.ring_buffer_consume()
+            if not self._records:
+                break
+            out += self._records
+            self._records = []
+        return out
 
     def drops(self) -> tuple[int, int]:
         """(records dropped in all, dropped but not yet reported in a record)."""
@@ -129,8 +139,6 @@ class Probes:
         return map_id
 
     def close(self) -> None:
-        if hasattr(self, "ring"):
-            self.ring.close()
         self.bpf.cleanup()
 
 
