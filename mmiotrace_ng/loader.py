@@ -17,6 +17,9 @@ IOREMAP_FAMILY = ("ioremap", "ioremap_uc", "ioremap_wc", "ioremap_wt", "ioremap_
                   "ioremap_prot", "ioremap_encrypted")
 
 
+BATCH = 16384   # records handed over per poll at most
+
+
 class LoaderError(Exception):
     """BPF could not be compiled or attached; the message says why."""
 
@@ -101,7 +104,10 @@ class Probes:
 
     def _on_record(self, ctx: int, data: int, size: int) -> int:
         self._records.append(ctypes.string_at(data, size))
-        return 0
+        # libbpf keeps reading while records keep coming: under a sustained
+        # burst it would never return.  A negative result ends this poll
+        # (the record is kept), so output and signals are seen in time.
+        return -1 if len(self._records) >= BATCH else 0
 
     def poll(self, timeout_ms: int) -> list[bytes]:
         """Records available within timeout_ms, oldest first."""
