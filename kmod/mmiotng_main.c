@@ -1033,6 +1033,7 @@ void ng_wait_steps(void)
 
 void ng_get_stats(struct ng_stats *sum)
 {
+	struct ng_mapping *m;
 	int cpu;
 
 	memset(sum, 0, sizeof(*sum));
@@ -1048,15 +1049,10 @@ void ng_get_stats(struct ng_stats *sum)
 		sum->retried += s->retried;
 	}
 	sum->filters = ng_nr_filters();
-	sum->mappings = 0;
-	{
-		struct ng_mapping *m;
-
-		rcu_read_lock();
-		list_for_each_entry_rcu(m, &ng_mappings, node)
-			sum->mappings++;
-		rcu_read_unlock();
-	}
+	rcu_read_lock();
+	list_for_each_entry_rcu(m, &ng_mappings, node)
+		sum->mappings++;
+	rcu_read_unlock();
 }
 
 /* ---- module --------------------------------------------------------- */

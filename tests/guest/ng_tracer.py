@@ -62,10 +62,7 @@ class NgTracer:
         MARKER.write_text(begin + "\n")
         trigger()
         MARKER.write_text(end + "\n")
-        text = self.wait_for(end)
-        body = text.split(begin + "\n", 1)[1].split(end + "\n", 1)[0]
-        # drop the marker lines' own prefix ("MARK <ts> ") left at the ends
-        return "\n".join(body.splitlines()[:-1]) + "\n" if body.strip() else ""
+        return sections(self.wait_for(end)).get(self.seq, "")
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 120.0) -> int:
         assert self.proc is not None
@@ -79,6 +76,22 @@ class NgTracer:
 
     def stderr(self) -> str:
         return self.errf.read_text(errors="replace")
+
+
+def sections(text: str) -> dict[int, str]:
+    """Stream text between ng-section-begin-N and ng-section-end-N markers."""
+    out: dict[int, str] = {}
+    cur: int | None = None
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("MARK ") and "ng-section-begin-" in line:
+            cur, lines = int(line.rsplit("-", 1)[1]), []
+        elif line.startswith("MARK ") and "ng-section-end-" in line and cur is not None:
+            out[cur] = "".join(lines)
+            cur = None
+        elif cur is not None:
+            lines.append(line)
+    return out
 
 
 def render(raw: Path, compat: bool = False) -> str:

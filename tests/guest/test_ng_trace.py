@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from kernel_tracer import capture, find_pci_device, normalize, to_records
-from ng_tracer import NG, NgTracer, helper_status, render
+from ng_tracer import NG, NgTracer, helper_status, render, sections
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers" / "edu_exerciser"))
 import scenarios as sc  # noqa: E402
@@ -69,22 +69,6 @@ def decoded(name: str, count: int | None) -> list[tuple]:
 def records_only(text: str) -> list[str]:
     """Normalized record lines, without the VERSION/PCIDEV header."""
     return [ln for ln in normalize(text) if not ln.startswith(("VERSION", "PCIDEV"))]
-
-
-def sections(text: str) -> dict[int, str]:
-    """Stream text between ng-section-begin-N and ng-section-end-N markers."""
-    out: dict[int, str] = {}
-    cur: int | None = None
-    lines: list[str] = []
-    for line in text.splitlines(keepends=True):
-        if line.startswith("MARK ") and "ng-section-begin-" in line:
-            cur, lines = int(line.rsplit("-", 1)[1]), []
-        elif line.startswith("MARK ") and "ng-section-end-" in line and cur is not None:
-            out[cur] = "".join(lines)
-            cur = None
-        elif cur is not None:
-            lines.append(line)
-    return out
 
 
 @pytest.fixture(scope="module")
