@@ -571,3 +571,14 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> Non
 def test_bench_render_runs() -> None:
     assert render.bench_render(2000, repeat=1) > 0
     assert render.bench_render(2000, compat=True, show_pc=True, repeat=1) > 0
+
+
+def test_batch_keeps_percent_signs_of_marks() -> None:
+    """Slow-path text enters the chunk's format as an argument, never as a
+    format: a marker holding % directives comes out verbatim."""
+    text = b"50% done %d %s %%\n"
+    raws = [bytes(acc(1000, 0, 4, 1, 0, 0)), raw_mark(markr(2000, text))]
+    raws.append(bytes(acc(3000, 1, 4, 1, 0, 0)))
+    out = Renderer().feed_batch(raws)
+    assert out.splitlines()[1] == "MARK 0.000002 " + text.decode().rstrip("\n")
+    assert out == "".join(Renderer().feed(raw) for raw in raws)
