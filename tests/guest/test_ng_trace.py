@@ -211,6 +211,28 @@ def test_lost_events_are_counted(edu, exerciser):
     assert f"lost {lost}" in t.stderr()
 
 
+
+def test_reading_resumes_after_overflow(edu, exerciser):
+    """Overflow the buffer again and again: once the burst is over, each quiet
+    section after it is complete (no loss), and all bursts add up exactly."""
+    n, rounds = 20_000, 4
+    t = NgTracer(["--pci", edu.dev.name, "--buffer-size-kb", "64"], "ng-resume").start()
+    try:
+        for _ in range(rounds):
+            edu.run("rloop", n)
+            quiet = to_records(t.section(lambda: edu.run("readl")), edu.bar0[0])
+            assert quiet == sc.expected("readl"), quiet
+    finally:
+        assert t.stop() == 0
+    recs = to_records(t.text(), edu.bar0[0])
+    lost = sum(r[1] for r in recs if r[0] == "LOST")
+    traced = sum(1 for r in recs if r[0] in ("MAP", "UNMAP", "R"))
+    assert lost > 0, "the 64 KiB buffer should have overflowed"
+    assert len(recs) == traced + sum(r[0] == "LOST" for r in recs), "other records"
+    made = rounds * (len(sc.expected("rloop", n)) + len(sc.expected("readl")))
+    assert traced + lost == made, (traced, lost, made)
+
+
 E1000_ID = (0x8086, 0x100E)
 
 
