@@ -189,7 +189,7 @@ class Session:
             if exc.errno == errno.EBUSY:
                 raise UsageError(f"the helper is busy: {exc}") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
-        print("mmiotrace-ng: compiling and attaching the BPF programs ...", file=sys.stderr,
+        print("mmiotrace-ng: loading and attaching the BPF programs ...", file=sys.stderr,
               flush=True)
         self.probes = Probes(Ranges(ranges, self.args.all), self.args.buffer_size_kb)
         header = stream_header(Path("/proc/bus/pci/devices").read_text())

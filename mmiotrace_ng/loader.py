@@ -1,13 +1,26 @@
-"""Compile and attach the BPF programs (bcc), and drain their ring buffer."""
+"""Load and attach the BPF programs (compiled by bcc, cached), and drain their ring buffer."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .abi import MMIOTNG_HOOK_SYMBOL, MMIOTNG_MARK_HOOK_SYMBOL
+from .bpfobj import (
+    CACHE_DIR,
+    BpfObject,
+    MapSpec,
+    ObjectError,
+    cache_key,
+    load_cached,
+    relocate,
+    store,
+)
 
 PKG = Path(__file__).resolve().parent
 # In a checkout the sources sit beside the package; installed, they are
@@ -33,13 +46,11 @@ def source_dir(name: str) -> Path:
 
 def kernel_functions(names: tuple[str, ...]) -> list[str]:
     """Those of names the running kernel has as functions (kallsyms)."""
-    wanted = set(names)
-    found = set()
-    with open("/proc/kallsyms") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) >= 3 and parts[1] in "tT" and parts[2] in wanted:
-                found.add(parts[2])
+    with open("/proc/kallsyms", "rb") as fh:
+        text = fh.read()
+    # one regex pass: a Python loop over the 100k+ lines is slow under TCG
+    pattern = rb"^[0-9a-f]+ [tT] (" + b"|".join(re.escape(n.encode()) for n in names) + rb")$"
+    found = {m.decode() for m in re.findall(pattern, text, re.MULTILINE)}
     return [n for n in names if n in found]
 
 
@@ -51,15 +62,86 @@ class Ranges:
     all_maps: bool = False
 
 
-class Probes:
-    """The loaded BPF programs and their ring buffer."""
+PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark")
+BPF_PROG_TYPE_KPROBE = 2
+BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
+KRETPROBE_MAXACTIVE = 64  # ioremap calls in flight at once before a MAP is missed
 
-    def __init__(self, ranges: Ranges, buffer_kb: int) -> None:
-        try:
-            from bcc import BPF
-        except ImportError as exc:
-            raise LoaderError("bcc's Python bindings are missing: install python3-bpfcc "
-                              "(Debian/Ubuntu) and run with the system python3") from exc
+
+def _libbcc():
+    """bcc's ctypes handle on libbcc, with the prototypes it does not declare."""
+    try:
+        from bcc import __version__ as bcc_version
+        from bcc.libbcc import _RINGBUF_CB_TYPE, lib
+    except ImportError as exc:
+        raise LoaderError("bcc's Python bindings are missing: install python3-bpfcc "
+                          "(Debian/Ubuntu) and run with the system python3") from exc
+    c = ctypes
+    lib.bcc_create_map.restype = c.c_int
+    lib.bcc_create_map.argtypes = [c.c_int, c.c_char_p, c.c_int, c.c_int, c.c_int, c.c_int]
+    lib.bcc_prog_load.restype = c.c_int
+    lib.bcc_prog_load.argtypes = [c.c_int, c.c_char_p, c.c_void_p, c.c_int, c.c_char_p,
+                                  c.c_uint, c.c_int, c.c_char_p, c.c_uint]
+    lib.bpf_num_tables.restype = c.c_ulonglong
+    lib.bpf_num_tables.argtypes = [c.c_void_p]
+    for fn in ("bpf_table_fd_id", "bpf_table_type_id", "bpf_table_flags_id"):
+        getattr(lib, fn).restype = c.c_int
+        getattr(lib, fn).argtypes = [c.c_void_p, c.c_ulonglong]
+    for fn in ("bpf_table_max_entries_id", "bpf_table_key_size_id", "bpf_table_leaf_size_id"):
+        getattr(lib, fn).restype = c.c_size_t
+        getattr(lib, fn).argtypes = [c.c_void_p, c.c_ulonglong]
+    lib.bpf_table_name.restype = c.c_char_p
+    lib.bpf_table_name.argtypes = [c.c_void_p, c.c_ulonglong]
+    return lib, _RINGBUF_CB_TYPE, str(bcc_version)
+
+
+def compile_object(source: Path, cflags: list[str]) -> BpfObject:
+    """Compile with bcc and keep the bytecode and map descriptions (bcc's own
+    maps and module are released again; the descriptors stay recorded)."""
+    lib, _cb, _ver = _libbcc()
+    from bcc import BPF
+
+    try:
+        b = BPF(src_file=str(source), cflags=cflags)
+    except Exception as exc:  # bcc raises plain Exception on compile errors
+        raise LoaderError(f"cannot compile the BPF programs: {exc} (kernel headers for "
+                          "this kernel installed? /lib/modules/$(uname -r)/build)") from exc
+    try:
+        m = b.module
+        maps = []
+        for i in range(lib.bpf_num_tables(m)):
+            maps.append(MapSpec(
+                name=lib.bpf_table_name(m, i).decode(), fd=lib.bpf_table_fd_id(m, i),
+                type=lib.bpf_table_type_id(m, i), key_size=lib.bpf_table_key_size_id(m, i),
+                value_size=lib.bpf_table_leaf_size_id(m, i),
+                max_entries=lib.bpf_table_max_entries_id(m, i),
+                flags=lib.bpf_table_flags_id(m, i)))
+        progs = {}
+        for name in PROGRAMS:
+            start = lib.bpf_function_start(m, name.encode())
+            size = lib.bpf_function_size(m, name.encode())
+            if not start or not size:
+                raise LoaderError(f"the BPF source has no function {name}")
+            progs[name] = ctypes.string_at(start, size)
+        return BpfObject(maps, progs, lib.bpf_module_license(m).decode(),
+                         lib.bpf_module_kern_version(m))
+    finally:
+        b.cleanup()
+
+
+class Probes:
+    """The loaded BPF programs, attached, and their ring buffer.
+
+    Everything is held by file descriptors of this process: if it dies, the
+    kernel detaches the programs and frees the maps."""
+
+    def __init__(self, ranges: Ranges, buffer_kb: int,
+                 cache_dir: Path | None = CACHE_DIR) -> None:
+        self.lib, cb_type, bcc_version = _libbcc()
+        self.fds: list[int] = []               # maps and programs
+        self.probe_fds: list[tuple[bytes, int]] = []
+        self.attached: list[str] = []
+        self.rb = None
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
@@ -71,35 +153,80 @@ class Probes:
             f"-DNG_NR_RANGES={len(rng)}",
             "-DNG_RANGES={" + ",".join(f"{{{s:#x}ULL,{e:#x}ULL}}" for s, e in rng) + "}",
         ]
+        source = source_dir("bpf") / "mmiotrace_ng.bpf.c"
+        headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
+        key = cache_key(source, headers, cflags, bcc_version)
+        obj = load_cached(key, cache_dir) if cache_dir else None
+        self.from_cache = obj is not None
+        if obj is None:
+            print("mmiotrace-ng: compiling the BPF programs (once per kernel and device) ...",
+                  file=sys.stderr, flush=True)
+            obj = compile_object(source, cflags)
+            if cache_dir:
+                store(key, obj, cache_dir)
         try:
-            self.bpf = BPF(src_file=str(source_dir("bpf") / "mmiotrace_ng.bpf.c"), cflags=cflags)
-        except Exception as exc:  # bcc raises plain Exception on compile errors
-            raise LoaderError(f"cannot compile the BPF programs: {exc} (kernel headers for "
-                              "this kernel installed? /lib/modules/$(uname -r)/build)") from exc
-        self.attached: list[str] = []
-        try:
+            self.maps = self._create_maps(obj)
+            self.progs = self._load_programs(obj)
             self._attach()
-        except Exception:
+            self._records: list[bytes] = []
+            self._cb = cb_type(self._on_record)   # kept alive as long as the ring
+            self.rb = self.lib.bpf_new_ringbuf(self.maps["events"], self._cb, None)
+            if not self.rb:
+                raise LoaderError("cannot open the BPF ring buffer")
+        except BaseException:
             self.close()
             raise
-        self._records: list[bytes] = []
-        self.bpf["events"].open_ring_buffer(self._on_record)
+
+    def _create_maps(self, obj: BpfObject) -> dict[str, int]:
+        fds, by_old = {}, {}
+        for m in obj.maps:
+            fd = self.lib.bcc_create_map(m.type, m.name.encode(), m.key_size, m.value_size,
+                                         m.max_entries, m.flags)
+            if fd < 0:
+                raise LoaderError(f"cannot create the BPF map {m.name}: "
+                                  f"{os.strerror(ctypes.get_errno() or -fd)}")
+            self.fds.append(fd)
+            fds[m.name], by_old[m.fd] = fd, fd
+        self._by_old = by_old
+        return fds
+
+    def _load_programs(self, obj: BpfObject) -> dict[str, int]:
+        out = {}
+        for name in PROGRAMS:
+            try:
+                code = relocate(obj.progs[name], self._by_old)
+            except (KeyError, ObjectError) as exc:
+                raise LoaderError(f"the BPF object is unusable: {exc}") from exc
+            log = ctypes.create_string_buffer(1 << 16)
+            fd = self.lib.bcc_prog_load(BPF_PROG_TYPE_KPROBE, name.encode(), code, len(code),
+                                        obj.license.encode(), obj.kern_version, 1, log,
+                                        ctypes.sizeof(log))
+            if fd < 0:
+                raise LoaderError(f"the kernel refused the BPF program {name}: "
+                                  + log.value.decode(errors="replace")[-2000:])
+            self.fds.append(fd)
+            out[name] = fd
+        return out
+
+    def _attach_one(self, kind: int, event: str, prog: str, maxactive: int = 0) -> None:
+        ev_name = ("p_" if kind == BPF_PROBE_ENTRY else "r_") + event
+        fd = self.lib.bpf_attach_kprobe(self.progs[prog], kind, ev_name.encode(),
+                                        event.encode(), 0, maxactive)
+        if fd < 0:
+            raise LoaderError(f"cannot attach a kprobe to {event}")
+        self.probe_fds.append((ev_name.encode(), fd))
 
     def _attach(self) -> None:
-        b = self.bpf
         family = kernel_functions(IOREMAP_FAMILY)
         if not family:
             raise LoaderError("this kernel has no ioremap function to probe")
         for fn in family:
-            b.attach_kprobe(event=fn, fn_name="on_ioremap_entry")
-            b.attach_kretprobe(event=fn, fn_name="on_ioremap_return", maxactive=64)
+            self._attach_one(BPF_PROBE_ENTRY, fn, "on_ioremap_entry")
+            self._attach_one(BPF_PROBE_RETURN, fn, "on_ioremap_return", KRETPROBE_MAXACTIVE)
             self.attached.append(fn)
         for event, fn in (("iounmap", "on_iounmap"), (MMIOTNG_HOOK_SYMBOL, "on_access"),
                           (MMIOTNG_MARK_HOOK_SYMBOL, "on_mark")):
-            try:
-                b.attach_kprobe(event=event, fn_name=fn)
-            except Exception as exc:
-                raise LoaderError(f"cannot attach a kprobe to {event}: {exc}") from exc
+            self._attach_one(BPF_PROBE_ENTRY, event, fn)
             self.attached.append(event)
 
     def _on_record(self, ctx: int, data: int, size: int) -> int:
@@ -111,7 +238,7 @@ class Probes:
 
     def poll(self, timeout_ms: int) -> list[bytes]:
         """Records available within timeout_ms, oldest first."""
-        self.bpf.ring_buffer_poll(timeout_ms)
+        self.lib.bpf_poll_ringbuf(self.rb, timeout_ms)
         out, self._records = self._records, []
         return out
 
@@ -121,31 +248,61 @@ class Probes:
         out: list[bytes] = []
         limit = self.buffer_bytes // 16
         while len(out) < limit:
-            self.bpf.ring_buffer_consume()
+            self.lib.bpf_consume_ringbuf(self.rb)
             if not self._records:
                 break
             out += self._records
             self._records = []
         return out
 
+    def _lookup(self, name: str, key: ctypes._SimpleCData, value: ctypes.Array) -> None:
+        if self.lib.bpf_lookup_elem(self.maps[name], ctypes.byref(key), value) < 0:
+            raise LoaderError(f"cannot read the BPF map {name}")
+
+    def _update(self, name: str, key: ctypes._SimpleCData, value: ctypes._SimpleCData) -> None:
+        if self.lib.bpf_update_elem(self.maps[name], ctypes.byref(key),
+                                    ctypes.byref(value), 0) < 0:
+            raise LoaderError(f"cannot update the BPF map {name}")
+
     def drops(self) -> tuple[int, int]:
         """(records dropped in all, dropped but not yet reported in a record)."""
-        table = self.bpf["drops"]
-        total = sum(table[ctypes.c_int(0)])
-        pending = sum(table[ctypes.c_int(1)])
-        return int(total), int(pending)
+        ncpu = len(possible_cpus())
+        out = []
+        for slot in (0, 1):
+            vals = (ctypes.c_uint64 * ncpu)()
+            self._lookup("drops", ctypes.c_int(slot), vals)
+            out.append(sum(vals))
+        return out[0], out[1]
 
     def add_mapping(self, virt: int) -> int:
         """Give a mapping armed by the loader a map id, as on_ioremap_return does."""
-        ctr = self.bpf["next_map_id"]
-        key = ctypes.c_int(0)
-        map_id = ctr[key].value + 1
-        ctr[key] = ctypes.c_uint(map_id)
-        self.bpf["map_ids"][ctypes.c_ulonglong(virt)] = ctypes.c_int(map_id)
+        cur = (ctypes.c_uint32 * 1)()
+        self._lookup("next_map_id", ctypes.c_int(0), cur)
+        map_id = cur[0] + 1
+        self._update("next_map_id", ctypes.c_int(0), ctypes.c_uint32(map_id))
+        self._update("map_ids", ctypes.c_uint64(virt), ctypes.c_int32(map_id))
         return map_id
 
     def close(self) -> None:
-        self.bpf.cleanup()
+        if self.rb:
+            self.lib.bpf_free_ringbuf(self.rb)
+            self.rb = None
+        for ev_name, fd in reversed(self.probe_fds):
+            self.lib.bpf_close_perf_event_fd(fd)
+            self.lib.bpf_detach_kprobe(ev_name)   # a tracefs event, if one was made
+        self.probe_fds = []
+        for fd in reversed(self.fds):
+            os.close(fd)
+        self.fds = []
+
+
+def possible_cpus() -> list[int]:
+    """/sys/devices/system/cpu/possible as a list (per-CPU map values)."""
+    cpus: list[int] = []
+    for part in Path("/sys/devices/system/cpu/possible").read_text().strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 def monotonic_ns() -> int:

@@ -1,0 +1,143 @@
+"""The BPF programs as bytecode plus map descriptions, compiled once per
+kernel and source and then cached.
+
+bcc compiles C at every start: 6-10 s in a TCG guest, a second or two on
+hardware, most of it clang parsing headers.  The result depends only on the
+sources, the flags, the kernel and bcc, so it is kept (root-only) under
+/var/cache/mmiotrace-ng/bpf and loaded directly on later starts.
+
+bcc creates the maps while compiling and writes their file descriptors into
+the bytecode (ld_imm64 with src_reg BPF_PSEUDO_MAP_FD).  An object records
+which descriptor was which map; `relocate` rewrites them to the descriptors
+of freshly created maps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import struct
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+FORMAT = 1                       # bump when the cached layout changes
+CACHE_DIR = Path("/var/cache/mmiotrace-ng/bpf")
+INSN = struct.Struct("<BBhi")    # struct bpf_insn: code, dst:4|src:4, off, imm
+BPF_LD_IMM64 = 0x18              # BPF_LD | BPF_IMM | BPF_DW: two instructions
+BPF_PSEUDO_MAP_FD = 1
+
+
+class ObjectError(Exception):
+    """A cached object is unusable (the caller compiles afresh)."""
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    name: str
+    fd: int                      # the descriptor the bytecode refers to
+    type: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    flags: int
+
+
+@dataclass(frozen=True)
+class BpfObject:
+    maps: list[MapSpec]
+    progs: dict[str, bytes]      # function name -> bytecode
+    license: str
+    kern_version: int
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": FORMAT,
+            "maps": [asdict(m) for m in self.maps],
+            "progs": {k: v.hex() for k, v in self.progs.items()},
+            "license": self.license,
+            "kern_version": self.kern_version,
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> BpfObject:
+        try:
+            d = json.loads(text)
+            if d.get("format") != FORMAT:
+                raise ObjectError(f"format {d.get('format')}, not {FORMAT}")
+            return cls([MapSpec(**m) for m in d["maps"]],
+                       {k: bytes.fromhex(v) for k, v in d["progs"].items()},
+                       str(d["license"]), int(d["kern_version"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ObjectError(f"malformed object: {exc}") from exc
+
+
+def relocate(code: bytes, fds: dict[int, int]) -> bytes:
+    """code with every map descriptor f replaced by fds[f]."""
+    if len(code) % INSN.size:
+        raise ObjectError(f"bytecode of {len(code)} bytes is not whole instructions")
+    out = bytearray(code)
+    i, n = 0, len(code) // INSN.size
+    while i < n:
+        op, regs, off, imm = INSN.unpack_from(out, i * INSN.size)
+        if op != BPF_LD_IMM64:
+            i += 1
+            continue
+        if i + 1 >= n:
+            raise ObjectError("ld_imm64 at the end of the bytecode")
+        if regs >> 4 == BPF_PSEUDO_MAP_FD:
+            if imm not in fds:
+                raise ObjectError(f"the bytecode refers to unknown map descriptor {imm}")
+            INSN.pack_into(out, i * INSN.size, op, regs, off, fds[imm])
+        i += 2
+    return bytes(out)
+
+
+def cache_key(source: Path, headers: list[Path], cflags: list[str], bcc_version: str) -> str:
+    """What the compiled object depends on: sources, flags, kernel and bcc."""
+    h = hashlib.sha256()
+    for part in (str(FORMAT), platform.release(), platform.version(), bcc_version,
+                 *cflags):
+        h.update(part.encode() + b"\0")
+    for path in (source, *sorted(headers)):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:32]
+
+
+def _trusted_dir(path: Path) -> bool:
+    """Only a directory this (root) user owns and nobody else may write is
+    used: its contents are loaded into the kernel."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def load_cached(key: str, cache_dir: Path = CACHE_DIR) -> BpfObject | None:
+    if not _trusted_dir(cache_dir):
+        return None
+    try:
+        text = (cache_dir / f"{key}.json").read_text()
+    except OSError:
+        return None
+    try:
+        return BpfObject.from_json(text)
+    except ObjectError:
+        return None
+
+
+def store(key: str, obj: BpfObject, cache_dir: Path = CACHE_DIR) -> None:
+    """Best effort: a cache that cannot be written only costs time."""
+    try:
+        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _trusted_dir(cache_dir):
+            return
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(obj.to_json())
+        os.replace(tmp, cache_dir / f"{key}.json")
+    except OSError:
+        pass
