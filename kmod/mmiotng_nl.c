@@ -39,11 +39,15 @@ static int ng_claim(struct genl_info *info)
 	return 0;
 }
 
-/* Fail with a message when a required attribute is missing. */
+/*
+ * Fail with a message when a required attribute is missing.  A macro, as
+ * the message must be a literal; info is evaluated once.
+ */
 #define ng_need(info, attr, what) ({					\
+	struct genl_info *__info = (info);				\
 	int __ret = 0;							\
-	if (!(info)->attrs[attr]) {					\
-		GENL_SET_ERR_MSG(info, "missing attribute " what);	\
+	if (!__info->attrs[attr]) {					\
+		GENL_SET_ERR_MSG(__info, "missing attribute " what);	\
 		__ret = -EINVAL;					\
 	}								\
 	__ret;								\
