@@ -17,11 +17,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from kernel_tracer import capture, find_pci_device, normalize, to_records
-from ng_tracer import NG, NgTracer, helper_status, render, sections
+from ng_tracer import MARKER, NG, NgTracer, helper_status, render, sections
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers" / "edu_exerciser"))
 import scenarios as sc  # noqa: E402
@@ -213,13 +214,22 @@ def test_lost_events_are_counted(edu, exerciser):
 
 
 def test_reading_resumes_after_overflow(edu, exerciser):
-    """Overflow the buffer again and again: once the burst is over, each quiet
-    section after it is complete (no loss), and all bursts add up exactly."""
-    n, rounds = 20_000, 4
+    """Overflow the buffer again and again.  Records made while it is full are
+    lost (and counted), markers included; once a marker gets through again,
+    the tracer has caught up, and the quiet section that follows is complete.
+    All rounds add up exactly."""
+    n, rounds, syncs = 20_000, 4, 0
     t = NgTracer(["--pci", edu.dev.name, "--buffer-size-kb", "64"], "ng-resume").start()
     try:
-        for _ in range(rounds):
+        for i in range(rounds):
             edu.run("rloop", n)
+            deadline, k = time.monotonic() + 60, 0
+            while f"ng-sync-{i}-" not in t.text():
+                assert time.monotonic() < deadline, "the tracer never caught up"
+                MARKER.write_text(f"ng-sync-{i}-{k}\n")
+                k += 1
+                syncs += 1
+                time.sleep(0.2)
             quiet = to_records(t.section(lambda: edu.run("readl")), edu.bar0[0])
             assert quiet == sc.expected("readl"), quiet
     finally:
@@ -227,10 +237,11 @@ def test_reading_resumes_after_overflow(edu, exerciser):
     recs = to_records(t.text(), edu.bar0[0])
     lost = sum(r[1] for r in recs if r[0] == "LOST")
     traced = sum(1 for r in recs if r[0] in ("MAP", "UNMAP", "R"))
+    marks = sum(1 for r in to_records(t.text(), with_marks=True) if r[0] == "MARK")
     assert lost > 0, "the 64 KiB buffer should have overflowed"
     assert len(recs) == traced + sum(r[0] == "LOST" for r in recs), "other records"
-    made = rounds * (len(sc.expected("rloop", n)) + len(sc.expected("readl")))
-    assert traced + lost == made, (traced, lost, made)
+    made = rounds * (len(sc.expected("rloop", n)) + len(sc.expected("readl")) + 2) + syncs
+    assert traced + marks + lost == made, (traced, marks, lost, made)
 
 
 E1000_ID = (0x8086, 0x100E)

@@ -1,8 +1,9 @@
 """Kills, unloads, races and hostile input: nothing stays armed, the kernel is unharmed.
 
-Most cycles drive the helper directly over generic netlink (a controller
-process that arms the edu BAR, as mmiotrace-ng does, without compiling BPF,
-which takes a minute under TCG); the end-to-end cases run mmiotrace-ng.
+SIGKILL cycles run twice: of mmiotrace-ng itself at its four kinds of points
+(start-up, armed and idle, mid-burst, shutdown), and of a bare controller
+process that arms the edu BAR over generic netlink as mmiotrace-ng does,
+which can be killed within microseconds of arming.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from kernel_tracer import find_pci_device, to_records
-from ng_tracer import REPO, NgTracer, helper_status
+from ng_tracer import NG, REPO, NgTracer, helper_status
 
 import mmiotrace_ng.netlink as nl
 from mmiotrace_ng.abi import MmiotngCmd
@@ -113,6 +114,67 @@ def test_sigkill_controller_cycles(exerciser):
             print(f"cycle {i}: ok, {work.runs} scenario runs", flush=True)
         assert work.runs > KILL_CYCLES
     exerciser.run("readl")
+
+
+KILL_POINTS = ("start-up", "armed and idle", "mid-burst", "shutdown")
+
+
+def wait_ready(proc: subprocess.Popen, errf: Path, timeout: float = 300.0) -> float:
+    """Seconds until mmiotrace-ng printed its ready line."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if "ready" in errf.read_text(errors="replace"):
+            return time.monotonic() - t0
+        assert proc.poll() is None, errf.read_text(errors="replace")
+        time.sleep(0.05)
+    raise AssertionError("mmiotrace-ng never got ready: " + errf.read_text(errors="replace"))
+
+
+def test_sigkill_cli_cycles(exerciser, tmp_path):
+    """SIGKILL of mmiotrace-ng itself at the four kinds of points, in turn, at
+    random moments, while the driver keeps working: nothing stays armed."""
+    ensure_helper()
+    rnd = random.Random(4321)
+    errf = tmp_path / "err"
+    cmd = [*NG, "--pci", exerciser.dev.name, "-o", str(tmp_path / "out.txt")]
+    counts = dict.fromkeys(KILL_POINTS, 0)
+    ready_s = 5.0
+    with Workload(exerciser) as work:
+        for i in range(KILL_CYCLES):
+            point = KILL_POINTS[i % len(KILL_POINTS)]
+            burst = None
+            with open(errf, "wb") as err:
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                if point == "start-up":
+                    time.sleep(rnd.uniform(0, ready_s))
+                else:
+                    ready_s = wait_ready(proc, errf)
+                    if point == "armed and idle":
+                        time.sleep(rnd.uniform(0, 0.5))
+                    elif point == "mid-burst":
+                        burst = threading.Thread(target=exerciser.run, args=("burst", 20_000))
+                        burst.start()
+                        time.sleep(rnd.uniform(0.05, 0.5))
+                    else:
+                        proc.send_signal(signal.SIGINT)
+                        time.sleep(rnd.uniform(0, 0.3))
+            finally:
+                proc.kill()
+                proc.wait(60)
+            if burst is not None:
+                burst.join(300)
+                assert not burst.is_alive(), "the burst hangs after the kill"
+            assert_disarmed()
+            counts[point] += 1
+            print(f"cycle {i} ({point}): nothing armed; ready took {ready_s:.1f} s, "
+                  f"{work.runs} scenario runs so far", flush=True)
+        assert work.runs > KILL_CYCLES
+    exerciser.run("readl")          # untraced and working
+    assert exerciser.mismatches() == 0
+    leftovers = Path("/sys/kernel/tracing/kprobe_events").read_text()
+    assert "mmiotrace" not in leftovers and "bcc_" not in leftovers, leftovers
+    print("kills by point:", counts)
 
 
 def test_filters_race_with_ioremap(exerciser):
