@@ -40,22 +40,48 @@ BPF_ARRAY(next_map_id, u32, 1);
 BPF_HASH(claimed_ids, u32, u8, 64);
 BPF_HASH(ioremap_args, u64, struct ng_ioremap_args, 1024);
 BPF_HASH(map_ids, u64, s32, 4096);
+/* [0]: the tracer's process id, set by the loader before it arms anything */
+BPF_ARRAY(tracer, u32, 1);
+
+/*
+ * Whether the current task belongs to the tracer.  The helper makes its
+ * second mapping of a traced BAR (the one it emulates through) from the
+ * tracer's netlink request: that ioremap and its iounmap are not the
+ * driver's and stay out of the trace.
+ */
+static __always_inline int ng_by_tracer(void)
+{
+	int zero = 0;
+	u32 *t = tracer.lookup(&zero);
+
+	return t && *t == (u32)(bpf_get_current_pid_tgid() >> 32);
+}
+
+/* A record that could not be made: counted, and reported with the next. */
+static __always_inline void ng_count_drop(void)
+{
+	int total = 0, pending = 1;
+	u64 *t, *p;
+
+	t = drops.lookup(&total);
+	p = drops.lookup(&pending);
+	if (t)
+		(*t)++;
+	if (p)
+		(*p)++;
+}
 
 static __always_inline void *ng_reserve(u32 size, u16 type)
 {
 	struct ng_rec_hdr *hdr = events.ringbuf_reserve(size);
-	int total = 0, pending = 1;
-	u64 *t, *p;
+	int pending = 1;
+	u64 *p;
 
-	p = drops.lookup(&pending);
 	if (!hdr) {
-		t = drops.lookup(&total);
-		if (t)
-			(*t)++;
-		if (p)
-			(*p)++;
+		ng_count_drop();
 		return 0;
 	}
+	p = drops.lookup(&pending);
 	hdr->ts_ns = bpf_ktime_get_ns();
 	hdr->type = type;
 	hdr->cpu = bpf_get_smp_processor_id();
@@ -120,8 +146,15 @@ int on_ioremap_entry(struct pt_regs *ctx)
 		.size = PT_REGS_PARM2(ctx),
 	};
 
-	if (!ng_traced_range(a.phys, a.size))
+	if (!ng_traced_range(a.phys, a.size) || ng_by_tracer())
 		return 0;
+	/*
+	 * The ioremap functions do not call each other: an entry of this
+	 * thread still here means the return probe missed that call (more
+	 * calls in flight than it has instances), and its MAP was lost.
+	 */
+	if (ioremap_args.lookup(&id))
+		ng_count_drop();
 	ioremap_args.update(&id, &a);
 	return 0;
 }
@@ -162,6 +195,8 @@ int on_iounmap(struct pt_regs *ctx)
 	struct ng_rec_unmap *r;
 	s32 map_id = -1;
 
+	if (ng_by_tracer())
+		return 0;
 	if (found) {
 		map_id = *found;
 		map_ids.delete(&virt);

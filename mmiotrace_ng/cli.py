@@ -179,6 +179,14 @@ class Session:
     def start(self, ranges: list[tuple[int, int]]) -> None:
         from .netlink import HelperError, HelperSocket
 
+        # The probes come first: every mapping armed below is seen from its
+        # MAP on.  And the helper's socket is then the newest descriptor, which
+        # the kernel releases first when this process dies (task work runs
+        # last in, first out): a SIGKILL disarms everything before the probes
+        # go, the order of a normal exit.
+        print("mmiotrace-ng: loading and attaching the BPF programs ...", file=sys.stderr,
+              flush=True)
+        self.probes = Probes(Ranges(ranges, self.args.all), self.args.buffer_size_kb)
         try:
             self.helper = HelperSocket()
             for lo, hi in ranges:
@@ -189,9 +197,6 @@ class Session:
             if exc.errno == errno.EBUSY:
                 raise UsageError(f"the helper is busy: {exc}") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
-        print("mmiotrace-ng: loading and attaching the BPF programs ...", file=sys.stderr,
-              flush=True)
-        self.probes = Probes(Ranges(ranges, self.args.all), self.args.buffer_size_kb)
         header = stream_header(Path("/proc/bus/pci/devices").read_text())
         self.write(header)
         if self.raw:

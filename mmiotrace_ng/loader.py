@@ -21,6 +21,7 @@ from .bpfobj import (
     relocate,
     store,
 )
+from .ringbuf import RingReader
 
 PKG = Path(__file__).resolve().parent
 # In a checkout the sources sit beside the package; installed, they are
@@ -65,14 +66,18 @@ class Ranges:
 PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark")
 BPF_PROG_TYPE_KPROBE = 2
 BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
-KRETPROBE_MAXACTIVE = 64  # ioremap calls in flight at once before a MAP is missed
+# 0: the kernel's default number of return-probe instances (2 per CPU, at
+# least 10).  Any other value makes libbcc define a tracefs kprobe event,
+# which would outlive a killed tracer; a missed return is counted as lost by
+# on_ioremap_entry.
+KRETPROBE_MAXACTIVE = 0
 
 
 def _libbcc():
     """bcc's ctypes handle on libbcc, with the prototypes it does not declare."""
     try:
         from bcc import __version__ as bcc_version
-        from bcc.libbcc import _RINGBUF_CB_TYPE, lib
+        from bcc.libbcc import lib
     except ImportError as exc:
         raise LoaderError("bcc's Python bindings are missing: install python3-bpfcc "
                           "(Debian/Ubuntu) and run with the system python3") from exc
@@ -92,13 +97,13 @@ def _libbcc():
         getattr(lib, fn).argtypes = [c.c_void_p, c.c_ulonglong]
     lib.bpf_table_name.restype = c.c_char_p
     lib.bpf_table_name.argtypes = [c.c_void_p, c.c_ulonglong]
-    return lib, _RINGBUF_CB_TYPE, str(bcc_version)
+    return lib, str(bcc_version)
 
 
 def compile_object(source: Path, cflags: list[str]) -> BpfObject:
     """Compile with bcc and keep the bytecode and map descriptions (bcc's own
     maps and module are released again; the descriptors stay recorded)."""
-    lib, _cb, _ver = _libbcc()
+    lib, _ver = _libbcc()
     from bcc import BPF
 
     try:
@@ -137,11 +142,11 @@ class Probes:
 
     def __init__(self, ranges: Ranges, buffer_kb: int,
                  cache_dir: Path | None = CACHE_DIR) -> None:
-        self.lib, cb_type, bcc_version = _libbcc()
+        self.lib, bcc_version = _libbcc()
         self.fds: list[int] = []               # maps and programs
         self.probe_fds: list[tuple[bytes, int]] = []
         self.attached: list[str] = []
-        self.rb = None
+        self.ring: RingReader | None = None
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
@@ -166,13 +171,12 @@ class Probes:
                 store(key, obj, cache_dir)
         try:
             self.maps = self._create_maps(obj)
+            # before anything is armed: the helper's own mappings are made
+            # from this process and must stay out of the trace
+            self._update("tracer", ctypes.c_int(0), ctypes.c_uint32(os.getpid()))
             self.progs = self._load_programs(obj)
             self._attach()
-            self._records: list[bytes] = []
-            self._cb = cb_type(self._on_record)   # kept alive as long as the ring
-            self.rb = self.lib.bpf_new_ringbuf(self.maps["events"], self._cb, None)
-            if not self.rb:
-                raise LoaderError("cannot open the BPF ring buffer")
+            self.ring = RingReader(self.maps["events"], self.buffer_bytes)
         except BaseException:
             self.close()
             raise
@@ -229,31 +233,21 @@ class Probes:
             self._attach_one(BPF_PROBE_ENTRY, event, fn)
             self.attached.append(event)
 
-    def _on_record(self, ctx: int, data: int, size: int) -> int:
-        self._records.append(ctypes.string_at(data, size))
-        # libbpf keeps reading while records keep coming: under a sustained
-        # burst it would never return.  A negative result ends this poll
-        # (the record is kept), so output and signals are seen in time.
-        return -1 if len(self._records) >= BATCH else 0
-
     def poll(self, timeout_ms: int) -> list[bytes]:
-        """Records available within timeout_ms, oldest first."""
-        self.lib.bpf_poll_ringbuf(self.rb, timeout_ms)
-        out, self._records = self._records, []
-        return out
+        """Records available within timeout_ms, oldest first (at most BATCH,
+        so that a sustained burst cannot keep this from returning)."""
+        assert self.ring is not None
+        recs = self.ring.read(BATCH)
+        if not recs:
+            self.ring.wait(timeout_ms)
+            recs = self.ring.read(BATCH)
+        return recs
 
     def drain(self) -> list[bytes]:
-        """What the ring buffer holds now (at most about one buffer's worth,
-        so that a producer that goes on cannot keep this from returning)."""
-        out: list[bytes] = []
-        limit = self.buffer_bytes // 16
-        while len(out) < limit:
-            self.lib.bpf_consume_ringbuf(self.rb)
-            if not self._records:
-                break
-            out += self._records
-            self._records = []
-        return out
+        """What the ring buffer holds now (at most one buffer's worth, so
+        that a producer that goes on cannot keep this from returning)."""
+        assert self.ring is not None
+        return self.ring.read(self.buffer_bytes // 16)
 
     def _lookup(self, name: str, key: ctypes._SimpleCData, value: ctypes.Array) -> None:
         if self.lib.bpf_lookup_elem(self.maps[name], ctypes.byref(key), value) < 0:
@@ -284,9 +278,9 @@ class Probes:
         return map_id
 
     def close(self) -> None:
-        if self.rb:
-            self.lib.bpf_free_ringbuf(self.rb)
-            self.rb = None
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
         for ev_name, fd in reversed(self.probe_fds):
             self.lib.bpf_close_perf_event_fd(fd)
             self.lib.bpf_detach_kprobe(ev_name)   # a tracefs event, if one was made

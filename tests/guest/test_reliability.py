@@ -81,6 +81,8 @@ class Workload:
                     self.errors.append(exc)
                     return
                 self.runs += 1
+                # a breath between runs, so that what is under test gets a CPU
+                self.stop.wait(0.002)
 
     def __enter__(self) -> Workload:
         self.th.start()

@@ -1,0 +1,81 @@
+"""RingReader on a file laid out as the kernel lays out a BPF ring buffer."""
+
+from __future__ import annotations
+
+import mmap
+import struct
+
+from mmiotrace_ng.ringbuf import BUSY, DISCARD, RingReader
+
+SIZE = 4096
+
+
+def ring_file(tmp_path, records: list[tuple[bytes, int]], prod_extra: int = 0):
+    """A file: consumer page, producer page, data (records at 0), flags per record."""
+    page = mmap.PAGESIZE
+    data = bytearray(2 * SIZE)
+    pos = 0
+    for payload, flags in records:
+        struct.pack_into("<II", data, pos, len(payload) | flags, 0)
+        data[pos + 8:pos + 8 + len(payload)] = payload
+        pos += (len(payload) + 8 + 7) & ~7
+    path = tmp_path / "ring"
+    body = bytearray(page) + bytearray(page) + data
+    struct.pack_into("<Q", body, page, pos + prod_extra)     # producer position
+    path.write_bytes(bytes(body))
+    return path
+
+
+def open_reader(path) -> tuple[RingReader, object]:
+    fh = open(path, "r+b")
+    return RingReader(fh.fileno(), SIZE, pollable=False), fh
+
+
+def test_reads_records_in_order_and_skips_discarded(tmp_path):
+    recs = [(b"a" * 5, 0), (b"b" * 64, DISCARD), (b"c" * 16, 0)]
+    reader, fh = open_reader(ring_file(tmp_path, recs))
+    assert reader.read() == [b"a" * 5, b"c" * 16]
+    assert reader.read() == []              # the consumer position moved
+    cons = struct.unpack_from("<Q", reader.cons_map, 0)[0]
+    assert cons == 16 + 72 + 24
+    reader.close()
+    fh.close()
+
+
+def test_stops_at_a_record_still_being_written(tmp_path):
+    recs = [(b"x" * 8, 0), (b"y" * 8, BUSY), (b"z" * 8, 0)]
+    reader, fh = open_reader(ring_file(tmp_path, recs))
+    assert reader.read() == [b"x" * 8]
+    assert struct.unpack_from("<Q", reader.cons_map, 0)[0] == 16
+    reader.close()
+    fh.close()
+
+
+def test_limit(tmp_path):
+    reader, fh = open_reader(ring_file(tmp_path, [(bytes([i]) * 8, 0) for i in range(10)]))
+    assert len(reader.read(limit=3)) == 3
+    assert len(reader.read()) == 7
+    reader.close()
+    fh.close()
+
+
+def test_record_wrapping_around_the_end(tmp_path):
+    """A record that starts 16 bytes before the end of the data area continues
+    in the second mapping of the same pages; positions keep growing."""
+    page = mmap.PAGESIZE
+    ring = bytearray(SIZE)
+    start = 3 * SIZE - 16                     # the fourth lap, near its end
+    payload = bytes(range(40))
+    rec = struct.pack("<II", len(payload), 0) + payload
+    for i, b in enumerate(rec):               # as the kernel writes it: wrapped
+        ring[(start + i) % SIZE] = b
+    body = bytearray(page) + bytearray(page) + ring + ring
+    struct.pack_into("<Q", body, 0, start)                      # consumer
+    struct.pack_into("<Q", body, page, start + 48)              # producer
+    path = tmp_path / "ring"
+    path.write_bytes(bytes(body))
+    reader, fh = open_reader(path)
+    assert reader.read() == [payload]
+    assert struct.unpack_from("<Q", reader.cons_map, 0)[0] == start + 48
+    reader.close()
+    fh.close()
