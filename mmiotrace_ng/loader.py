@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import sys
@@ -73,8 +74,10 @@ BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
 KRETPROBE_MAXACTIVE = 0
 
 
+@functools.cache
 def _libbcc():
-    """bcc's ctypes handle on libbcc, with the prototypes it does not declare."""
+    """bcc's ctypes handle on libbcc, with the prototypes it does not declare
+    (set once)."""
     try:
         from bcc import __version__ as bcc_version
         from bcc.libbcc import lib
@@ -260,7 +263,9 @@ class Probes:
 
     def drops(self) -> tuple[int, int]:
         """(records dropped in all, dropped but not yet reported in a record)."""
-        ncpu = len(possible_cpus())
+        from bcc.utils import get_possible_cpus
+
+        ncpu = len(get_possible_cpus())
         out = []
         for slot in (0, 1):
             vals = (ctypes.c_uint64 * ncpu)()
@@ -289,14 +294,6 @@ class Probes:
             os.close(fd)
         self.fds = []
 
-
-def possible_cpus() -> list[int]:
-    """/sys/devices/system/cpu/possible as a list (per-CPU map values)."""
-    cpus: list[int] = []
-    for part in Path("/sys/devices/system/cpu/possible").read_text().strip().split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 def monotonic_ns() -> int:
