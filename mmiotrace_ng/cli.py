@@ -10,6 +10,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -18,11 +19,13 @@ from . import pci
 from .abi import MMIOTNG_MODE_SINGLESTEP
 from .loader import LoaderError, Probes, Ranges, monotonic_ns
 from .render import Renderer, lost_line, map_line, stream_header
+from .ringbuf import payloads
 
 EXIT_USAGE = 2
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
 RAW_MAGIC = b"mmiotrace-ng raw 1\n"
+BATCH = 16384   # records printed per pump at most: Ctrl-C is seen between
 EXAMPLES = """examples:
   mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
   mmiotrace-ng --pci 01:00.0 -- modprobe nouveau # trace while a command runs
@@ -213,27 +216,38 @@ class Session:
                 self.write(map_line_now(map_id, m, self.renderer))
 
     def pump(self, timeout_ms: int) -> None:
+        """Print what the ring buffer holds (at most BATCH records), waiting
+        up to timeout_ms for something."""
         assert self.probes is not None
-        recs = self.probes.poll(timeout_ms)
-        if recs and self.raw:
-            self.raw.records(recs)
-        if recs:
-            self.write(self.renderer.feed_batch(recs))
-            self.out.flush()
+        if not self._render(self.probes.pending(timeout_ms), BATCH):
+            time.sleep(0.001)   # the oldest record is still being written
 
     def finish(self) -> None:
         """Stop new accesses, then print what is left in the ring buffer."""
         self.disarm()
         if self.probes is not None:
-            recs = self.probes.drain()
-            if self.raw:
-                self.raw.records(recs)
-            self.write(self.renderer.feed_batch(recs))
+            self._render(self.probes.pending(0), None)
             total, pending = self.probes.drops()
             if pending:
                 self.write(lost_line(pending))
             self.renderer.lost = total
             self.out.flush()
+
+    def _render(self, view: memoryview, limit: int | None) -> bool:
+        """Print the records at the start of view and release their space;
+        False if there were some but none was ready."""
+        assert self.probes is not None
+        if not view:
+            return True
+        text, used = self.renderer.feed_ring(view, limit)
+        if self.raw and used:
+            self.raw.records(payloads(view[:used])[0])
+        view.release()
+        self.probes.consume(used)   # after the copies: the space is reused
+        if text:
+            self.write(text)
+            self.out.flush()
+        return used > 0
 
     def disarm(self) -> None:
         if self.helper is not None:

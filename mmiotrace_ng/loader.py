@@ -1,4 +1,4 @@
-"""Load and attach the BPF programs (compiled by bcc, cached), and drain their ring buffer."""
+"""Load and attach the BPF programs (compiled by bcc, cached); hand out their ring buffer."""
 
 from __future__ import annotations
 
@@ -30,9 +30,6 @@ PKG = Path(__file__).resolve().parent
 SEARCH = [PKG / "data", PKG.parent]
 IOREMAP_FAMILY = ("ioremap", "ioremap_uc", "ioremap_wc", "ioremap_wt", "ioremap_cache",
                   "ioremap_prot", "ioremap_encrypted")
-
-
-BATCH = 16384   # records handed over per poll at most
 
 
 class LoaderError(Exception):
@@ -236,21 +233,20 @@ class Probes:
             self._attach_one(BPF_PROBE_ENTRY, event, fn)
             self.attached.append(event)
 
-    def poll(self, timeout_ms: int) -> list[bytes]:
-        """Records available within timeout_ms, oldest first (at most BATCH,
-        so that a sustained burst cannot keep this from returning)."""
+    def pending(self, timeout_ms: int) -> memoryview:
+        """The ring buffer's unread bytes (ringbuf.RingReader.pending), after
+        waiting up to timeout_ms for some if there are none."""
         assert self.ring is not None
-        recs = self.ring.read(BATCH)
-        if not recs:
+        view = self.ring.pending()
+        if not view:
             self.ring.wait(timeout_ms)
-            recs = self.ring.read(BATCH)
-        return recs
+            view = self.ring.pending()
+        return view
 
-    def drain(self) -> list[bytes]:
-        """What the ring buffer holds now (at most one buffer's worth, so
-        that a producer that goes on cannot keep this from returning)."""
+    def consume(self, nbytes: int) -> None:
+        """Hand the first nbytes of `pending` back to the BPF programs."""
         assert self.ring is not None
-        return self.ring.read(self.buffer_bytes // 16)
+        self.ring.consume(nbytes)
 
     def _lookup(self, name: str, key: ctypes._SimpleCData, value: ctypes.Array) -> None:
         if self.lib.bpf_lookup_elem(self.maps[name], ctypes.byref(key), value) < 0:

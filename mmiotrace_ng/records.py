@@ -5,9 +5,10 @@ against the compiled header by tests/unit/test_abi.py).  `parse` turns one raw
 ring-buffer record into one of them, validating type and length; anything
 corrupt or truncated raises `BadRecord`, which the caller counts.
 
-`unpacker` builds precompiled `struct.Struct` readers for a chosen subset of a
-record's fields from the ctypes layout, so the fast render path
-(mmiotrace_ng/render.py) reads exactly the offsets the mirror declares.
+`field` gives the offset and struct code of a (dotted) field, and `unpacker`
+builds precompiled `struct.Struct` readers for a chosen subset of a record's
+fields, both from the ctypes layout: the fast render paths
+(mmiotrace_ng/render.py) read exactly the offsets the mirror declares.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ _STRUCT_CODES: Final[dict[type, str]] = {
 }
 
 
-def _field(cls: type[ctypes.Structure], path: str) -> tuple[int, str]:
+def field(cls: type[ctypes.Structure], path: str) -> tuple[int, str]:
     """(offset, struct code) of a possibly dotted field name ("hdr.ts_ns")."""
     offset = 0
     ctype: type = cls
@@ -187,7 +188,7 @@ def unpacker(
     pos = 0
     for spec in fields:
         path, override = (spec, None) if isinstance(spec, str) else spec
-        offset, code = _field(cls, path)
+        offset, code = field(cls, path)
         code = override or code
         if offset < pos:
             raise ValueError(f"field {path!r} overlaps or is out of offset order")

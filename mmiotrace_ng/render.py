@@ -13,10 +13,13 @@ import ctypes
 import random
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain, groupby, repeat
+from operator import add, and_, floordiv, mod, not_
 from typing import Final
 
+from mmiotrace_ng import ringbuf
 from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
 from mmiotrace_ng.records import (
     VALID_OPS,
@@ -27,6 +30,7 @@ from mmiotrace_ng.records import (
     NgRecType,
     NgRecUnmap,
     Record,
+    field,
     mark_text,
     parse,
     unpacker,
@@ -37,6 +41,7 @@ ERRORS: Final = "surrogateescape"
 
 VERSION_LINE: Final = "VERSION 20070824\n"
 USEC_PER_SEC: Final = 1_000_000
+NSEC_PER_SEC: Final = 1_000_000_000
 _U32: Final = 0xFFFF_FFFF
 _U64: Final = 0xFFFF_FFFF_FFFF_FFFF
 
@@ -221,7 +226,13 @@ _FAST_WIDTHS: Final = (1, 2, 4, 8)
 # secs < 2**32 and ts + 500 < 2**64 below this: no masking needed
 _FAST_TS_LIMIT: Final = (1 << 32) * USEC_PER_SEC * 1000 - 500
 _PC_PID_TAIL: Final = " 0x%x %d\n"
-_CHUNK: Final = 512  # records formatted by one `%`
+_HEAD: Final = "%u.%06u %d "  # timestamp and map id, after "R 4 " or "W 4 "
+_CHUNK: Final = 1024  # records rendered by one `%`
+_SHORT_RUN: Final = 4  # shorter runs cost less one by one than as a chunk
+_ACCESS: Final = NgRecType.NG_REC_ACCESS
+_ACCESS_SIZE: Final = ctypes.sizeof(NgRecAccess)
+_ACCESS_STRIDE: Final = ringbuf.stride(_ACCESS_SIZE)
+_SHORT_HEADS: Final = [_ACCESS_SIZE] * _SHORT_RUN
 
 
 def _fast_formats(opts: Options) -> dict[int, str]:
@@ -242,6 +253,7 @@ def _fast_formats(opts: Options) -> dict[int, str]:
         assert fmt.endswith(_PC_PID_TAIL) and fmt[1:5] == " %d "
         for width in _FAST_WIDTHS:
             line = fmt[0] + " " + str(width) + " " + fmt[5 : -len(_PC_PID_TAIL)] + tail
+            assert line.index(_HEAD) == 4
             sel = width | op << 8
             for other_op in VALID_OPS:
                 for other_width in range(256):
@@ -251,6 +263,19 @@ def _fast_formats(opts: Options) -> dict[int, str]:
                     )
                     table[key] = line
     return table
+
+
+def _column(path: str, code: str | None = None) -> tuple[str, int]:
+    """(memoryview format, index of the first record's item) of a field of
+    access records lying one stride apart in ring memory; code overrides the
+    field's own (e.g. "I" reads four adjacent u8 fields as one u32)."""
+    offset, own = field(NgRecAccess, path)
+    offset += ringbuf.HEADER
+    code = code or own
+    size = struct.calcsize(code)
+    if offset % size or _ACCESS_STRIDE % size:
+        raise ImportError(f"ng_rec_access.{path} is not {size}-byte aligned")
+    return code, offset // size
 
 
 class Renderer:
@@ -267,16 +292,27 @@ class Renderer:
         self.lost = 0
         self.bad = 0
         self.last_error: str | None = None
-        value = "compat_value" if compat else "value"
-        self._extended = show_pc or show_pid
-        # What the fast path reads: the format's arguments after the
-        # timestamp come last, in the format's order.
-        fields: list[str | tuple[str, str]] = ["hdr.ts_ns", "hdr.lost", "hdr.type"]
-        fields += ["phys", value]
-        fields += ["ip", "map_id", "pid"] if self._extended else ["map_id"]
-        fields.append(("width", "I"))
-        self._fast = unpacker(NgRecAccess, fields)
+        # The columns the fast path reads: the checked ones (the timestamp
+        # among them), the map id, then the format's other arguments in its
+        # order.
+        self._check = [
+            _column("hdr.type"),
+            _column("hdr.lost"),
+            _column("width", "I"),  # width, op, compat_width, compat_op
+            _column("hdr.ts_ns"),
+        ]
+        self._map_id = _column("map_id")
+        rest = ["phys", "compat_value" if compat else "value"]
+        rest += ["ip", "pid"] if show_pc or show_pid else []
+        self._rest = [_column(name) for name in rest]
         self._formats = _fast_formats(self.options)
+        # One access record at a time (feed): the same fields, in offset order.
+        self._extended = show_pc or show_pid
+        self._one = unpacker(
+            NgRecAccess,
+            ["hdr.ts_ns", "hdr.lost", "hdr.type", "phys", rest[1], "ip", "map_id", "pid"]
+            + [("width", "I")],
+        )
 
     def stats(self) -> dict[str, int]:
         out = {
@@ -287,6 +323,11 @@ class Renderer:
 
     def feed(self, raw: bytes | bytearray | memoryview) -> str:
         """Text for one raw record ("" for a bad one, which is counted)."""
+        if len(raw) == _ACCESS_SIZE:
+            text = self._one_access(raw)
+            if text is not None:
+                self.counts[_ACCESS] += 1
+                return text
         try:
             rec = parse(raw)
             text = record_text(rec, self.options)
@@ -300,91 +341,128 @@ class Renderer:
 
     def feed_batch(self, raws: Iterable[bytes | bytearray | memoryview]) -> str:
         """Text for many raw records, in order; same result as feed() on each."""
-        seq: Sequence[bytes | bytearray | memoryview] = (
-            raws if isinstance(raws, (list, tuple)) else list(raws)
-        )
-        out = []
-        fast = 0
-        for i in range(0, len(seq), _CHUNK):
-            text, n = self._chunk(seq[i : i + _CHUNK])
-            out.append(text)
-            fast += n
-        self.counts[NgRecType.NG_REC_ACCESS] += fast
-        return "".join(out)
+        image = ringbuf.pack(raws)
+        text, used = self.feed_ring(memoryview(image))
+        assert used == len(image)
+        return text
 
-    # The hot path.  Calling `%` once per record costs about as much as
-    # everything else together, so a chunk's formats are joined and applied
-    # to all its arguments at once.  Records the fast path does not take
-    # (other sizes or types, lost > 0, ops or widths not in the table, absurd
-    # timestamps) are rendered by feed() and enter the chunk as "%s".
-    # The two loops differ only in the arguments (pc and pid): one loop with
-    # a condition costs 10%.
-    def _chunk(self, seq: Sequence[bytes | bytearray | memoryview]) -> tuple[str, int]:
-        if self._extended:
-            return self._chunk_extended(seq)
-        unpack, get, feed, error = (
-            self._fast.unpack,
-            self._formats.get,
-            self.feed,
-            struct.error,
-        )
-        access, limit = int(NgRecType.NG_REC_ACCESS), _FAST_TS_LIMIT
-        fmts: list[str] = []
-        args: list[object] = []
-        add_fmt, add_arg, add_args = fmts.append, args.append, args.extend
-        slow = 0
-        for raw in seq:
-            try:
-                ts, lost, rtype, phys, value, map_id, opbytes = unpack(raw)
-            except error:  # not the size of an access record
-                slow += 1
-                add_fmt("%s")
-                add_arg(feed(raw))
-                continue
-            fmt = get(opbytes)
-            if fmt is not None and rtype == access and not lost and ts < limit:
-                add_fmt(fmt)
-                # ns2usecs() rounding, then seconds and microseconds
-                secs, usecs = divmod((ts + 500) // 1000, USEC_PER_SEC)
-                add_args((secs, usecs, map_id, phys, value))
-            else:
-                slow += 1
-                add_fmt("%s")
-                add_arg(feed(raw))
-        return "".join(fmts) % tuple(args), len(seq) - slow
-
-    def _chunk_extended(
-        self, seq: Sequence[bytes | bytearray | memoryview]
+    def feed_ring(
+        self, view: memoryview, limit: int | None = None
     ) -> tuple[str, int]:
-        unpack, get, feed, error = (
-            self._fast.unpack,
-            self._formats.get,
-            self.feed,
-            struct.error,
-        )
-        access, limit = int(NgRecType.NG_REC_ACCESS), _FAST_TS_LIMIT
-        fmts: list[str] = []
-        args: list[object] = []
-        add_fmt, add_arg, add_args = fmts.append, args.append, args.extend
-        slow = 0
-        for raw in seq:
-            try:
-                ts, lost, rtype, phys, value, ip, map_id, pid, opbytes = unpack(raw)
-            except error:
-                slow += 1
-                add_fmt("%s")
-                add_arg(feed(raw))
-                continue
-            fmt = get(opbytes)
-            if fmt is not None and rtype == access and not lost and ts < limit:
-                add_fmt(fmt)
-                secs, usecs = divmod((ts + 500) // 1000, USEC_PER_SEC)
-                add_args((secs, usecs, map_id, phys, value, ip, pid))
+        """Text for the records in view, laid out as in a BPF ring buffer (see
+        ringbuf), up to the first one still being written and at most about
+        limit of them; and the bytes used.  Same text as feed() on each."""
+        out: list[str] = []
+        pos = done = 0
+        end = len(view)
+        left = limit if limit is not None else end  # records (there are fewer)
+        words = view.cast("I")  # record headers
+        short = _SHORT_RUN * (_ACCESS_STRIDE // 4)
+        while pos < end and done < left:
+            here = pos >> 2
+            if words[here : here + short : _ACCESS_STRIDE // 4].tolist() == _SHORT_HEADS:
+                rest = view[pos:]
+                n = ringbuf.run_of(rest, _ACCESS_SIZE, min(_CHUNK, left - done))
+                if n >= _SHORT_RUN:
+                    out.append(self._run(rest[: n * _ACCESS_STRIDE], n))
+                    pos += n * _ACCESS_STRIDE
+                    done += n
+                    continue
+            rec = ringbuf.next_record(view, pos, words)
+            if rec is None:
+                break
+            pos, raw = rec
+            done += 1
+            if raw is not None:
+                out.append(self.feed(raw))
+        return "".join(out), pos
+
+    def _run(self, run: memoryview, n: int) -> str:
+        """Text of n access-sized records one stride apart: in one chunk if
+        the fast path takes them all, else stretch by stretch."""
+        fine = self._chunk(run, n)
+        if isinstance(fine, str):
+            return fine
+        out = []
+        i = 0
+        for ok, group in groupby(fine):
+            k = len(list(group))
+            part = run[i * _ACCESS_STRIDE : (i + k) * _ACCESS_STRIDE]
+            if ok and k >= _SHORT_RUN:
+                out.append(self._chunk(part, k))
             else:
-                slow += 1
-                add_fmt("%s")
-                add_arg(feed(raw))
-        return "".join(fmts) % tuple(args), len(seq) - slow
+                for j in range(ringbuf.HEADER, len(part), _ACCESS_STRIDE):
+                    out.append(self.feed(part[j : j + _ACCESS_SIZE]))
+            i += k
+        return "".join(out)  # type: ignore[arg-type]
+
+    def _one_access(self, raw: bytes | bytearray | memoryview) -> str | None:
+        """The line of an access record the fast path takes (see _chunk),
+        without parsing it into a ctypes record; None for any other."""
+        ts, lost, rtype, phys, value, ip, map_id, pid, opbytes = self._one.unpack(raw)
+        fmt = self._formats.get(opbytes)
+        if fmt is None or lost or rtype != _ACCESS or ts >= _FAST_TS_LIMIT:
+            return None
+        secs, usecs = divmod((ts + 500) // 1000, USEC_PER_SEC)
+        if self._extended:
+            return fmt % (secs, usecs, map_id, phys, value, ip, pid)
+        return fmt % (secs, usecs, map_id, phys, value)
+
+    # The hot path: n access records, one stride apart.  Each field is read
+    # as a column (a strided memoryview), the conversions run in map(), and
+    # one `%` formats the chunk: no Python code runs per record.  If some
+    # record needs the slow path (lost > 0, an op or width not in the table,
+    # an absurd timestamp), the result is instead a flag per record: whether
+    # the fast path takes it.
+    # Usually a chunk lies within one second and one mapping: then those two
+    # numbers are written into its formats once instead of into every line.
+    def _chunk(self, chunk: memoryview, n: int) -> str | list[bool]:
+        views = {code: chunk.cast(code) for code in "HIiQ"}
+        step = {code: _ACCESS_STRIDE // struct.calcsize(code) for code in views}
+
+        def column(spec: tuple[str, int]) -> list[int]:
+            code, first = spec
+            return views[code][first :: step[code]].tolist()
+
+        rtype, lost, opbytes, ts = map(column, self._check)
+        formats, ops, last = self._formats, set(opbytes), max(ts)
+        access = int(_ACCESS)
+        if (
+            rtype.count(access) != n
+            or lost.count(0) != n
+            or not formats.keys() >= ops
+            or last >= _FAST_TS_LIMIT
+        ):
+            fine = map(
+                and_,
+                map(access.__eq__, rtype),
+                map(and_, map(not_, lost), map(_FAST_TS_LIMIT.__gt__, ts)),
+            )
+            return list(map(and_, fine, map(formats.__contains__, opbytes)))
+        self.counts[_ACCESS] += n
+        map_ids = column(self._map_id)
+        # ns2usecs(): microseconds rounded to nearest, then split at seconds
+        secs = (min(ts) + 500) // NSEC_PER_SEC
+        if (last + 500) // NSEC_PER_SEC == secs and map_ids.count(map_ids[0]) == n:
+            head = f"{secs}.%06u {map_ids[0]} "
+            formats = {op: formats[op].replace(_HEAD, head, 1) for op in ops}
+            base = 500 - secs * NSEC_PER_SEC
+            args = zip(
+                map(floordiv, map(add, ts, repeat(base)), repeat(1000)),
+                *map(column, self._rest),
+                strict=True,
+            )
+        else:
+            usecs = list(map(floordiv, map(add, ts, repeat(500)), repeat(1000)))
+            args = zip(
+                map(floordiv, usecs, repeat(USEC_PER_SEC)),
+                map(mod, usecs, repeat(USEC_PER_SEC)),
+                map_ids,
+                *map(column, self._rest),
+                strict=True,
+            )
+        text = "".join(map(formats.__getitem__, opbytes))
+        return text % tuple(chain.from_iterable(args))
 
 
 def render_batch(
@@ -425,17 +503,26 @@ def bench_render(
     show_pc: bool = False,
     show_pid: bool = False,
     repeat: int = 5,
+    span_bytes: int = 16 << 20,
 ) -> float:
-    """Access records per second of Renderer.feed_batch: the best of `repeat`
-    runs, in CPU time of this process (one core; other load does not count)."""
-    raws = synthetic_access_records(n)
-    assert len(raws[0]) == ctypes.sizeof(NgRecAccess)
+    """Access records per second of Renderer.feed_ring, as the tracer runs it:
+    n records laid out as in the ring buffer, rendered in spans of at most
+    span_bytes (the default buffer size).  The best of `repeat` runs, in CPU
+    time of this process (one core; other load does not count)."""
+    image = memoryview(ringbuf.pack(synthetic_access_records(n)))
+    span = max(1, span_bytes // _ACCESS_STRIDE) * _ACCESS_STRIDE
     best = float("inf")
     for _ in range(repeat):
         renderer = Renderer(compat, show_pc, show_pid)
+        texts = []
         start = time.process_time()
-        text = renderer.feed_batch(raws)
+        pos = 0
+        while pos < len(image):
+            text, used = renderer.feed_ring(image[pos : pos + span])
+            texts.append(text)
+            pos += used
         best = min(best, time.process_time() - start)
-        if text.count("\n") != n or renderer.counts[NgRecType.NG_REC_ACCESS] != n:
+        lines = sum(text.count("\n") for text in texts)
+        if lines != n or renderer.counts[NgRecType.NG_REC_ACCESS] != n:
             raise RuntimeError("bench_render: wrong output")
     return n / best

@@ -1,12 +1,16 @@
-"""Read a BPF ring buffer (BPF_MAP_TYPE_RINGBUF) through its mmap, in batches.
+"""Read a BPF ring buffer (BPF_MAP_TYPE_RINGBUF) through its mmap.
 
 bcc's reader calls a Python function for every record, which costs more
 than rendering the record.  This reads the kernel's layout directly
 (kernel/bpf/ringbuf.c): page 0 holds the consumer position (writable),
 page 1 the producer position, and the data pages follow, mapped twice in a
-row so a record that wraps around is contiguous.  Each record starts with
-an 8-byte header: u32 length (bit 31: still being written, bit 30:
-discarded) and u32 page offset; records are 8-byte aligned.
+row so that everything between the two positions is contiguous.  Each
+record starts with an 8-byte header: u32 length (bit 31: still being
+written, bit 30: discarded) and u32 page offset; records are 8-byte aligned.
+
+The reader hands out the pending bytes as a memoryview (`pending`) and is
+told how many were used (`consume`): the renderer works on the ring's
+memory in place, without a bytes object per record.
 
 The positions are loaded and stored as whole 8-byte words (typed
 memoryviews): struct.pack_into first zeroes its target and then writes byte
@@ -17,9 +21,93 @@ from __future__ import annotations
 
 import mmap
 import select
+import struct
+from collections.abc import Iterable
+from itertools import chain
 
 BUSY = 1 << 31
 DISCARD = 1 << 30
+HEADER = 8
+_PEEK = 16       # headers run_of looks at before it looks further
+
+
+def stride(length: int) -> int:
+    """Bytes a record with `length` bytes of data takes in the ring."""
+    return (length + HEADER + 7) & ~7
+
+
+def run_of(view: memoryview, length: int, limit: int) -> int:
+    """How many records at the start of view are committed, not discarded and
+    exactly `length` bytes long (at most limit).
+
+    The headers are read in strided loads: each header that says `length`
+    (no flag bits) puts the next record one stride further on, so the
+    answer is the number of leading matches.  A short look first keeps
+    streams of other records cheap."""
+    step = stride(length) // 4
+    words = view.cast("I")
+    if not words or words[0] != length:
+        return 0
+    n = min(limit, _PEEK)
+    heads = words[: n * step : step].tolist()
+    if heads.count(length) == len(heads) and limit > n:
+        heads = words[: limit * step : step].tolist()
+    if heads.count(length) == len(heads):
+        return len(heads)
+    return list(map(length.__eq__, heads)).index(False)
+
+
+def next_record(
+    view: memoryview, pos: int, words: memoryview | None = None
+) -> tuple[int, memoryview | None] | None:
+    """(position after it, its data or None if discarded) of the record at
+    pos, or None if it is still being written or pos is the end.  words:
+    view.cast("I"), if the caller has it."""
+    if pos >= len(view):
+        return None
+    length = (words if words is not None else view.cast("I"))[pos >> 2]
+    if length & BUSY:
+        return None
+    end = pos + stride(length & ~DISCARD)
+    if length & DISCARD:
+        return end, None
+    return end, view[pos + HEADER : pos + HEADER + length]
+
+
+def payloads(view: memoryview, limit: int | None = None) -> tuple[list[bytes], int]:
+    """Copies of the committed records at the start of view (discarded ones
+    skipped, at most limit) and the bytes they and the skipped ones take."""
+    out: list[bytes] = []
+    pos = 0
+    words = view.cast("I")
+    while limit is None or len(out) < limit:
+        rec = next_record(view, pos, words)
+        if rec is None:
+            break
+        pos, data = rec
+        if data is not None:
+            out.append(bytes(data))
+    return out, pos
+
+
+class _Framing(dict):
+    """length -> (header, padding) of a committed record in the ring."""
+
+    def __missing__(self, length: int) -> tuple[bytes, bytes]:
+        self[length] = framing = (struct.pack("=II", length, 0),
+                                  bytes(stride(length) - HEADER - length))
+        return framing
+
+
+def pack(records: Iterable[bytes | bytearray | memoryview]) -> bytes:
+    """The ring's image of these records, committed, one after the other (for
+    replays and tests: what `pending` would show)."""
+    recs = list(records)
+    framing = _Framing()
+    frames = list(map(framing.__getitem__, map(len, recs)))
+    heads = [f[0] for f in frames]
+    pads = [f[1] for f in frames]
+    return b"".join(chain.from_iterable(zip(heads, recs, pads, strict=True)))
 
 
 class RingReader:
@@ -37,25 +125,30 @@ class RingReader:
         self.data = memoryview(self.prod_map)[page:]
         self.cons = memoryview(self.cons_map).cast("Q")
         self.prod = memoryview(self.prod_map)[:8].cast("Q")
-        self.words = self.data.cast("I")      # record headers, one load each
         self.poller = select.epoll()
         if pollable:        # a ring buffer map is; a file standing in for one is not
             self.poller.register(map_fd, select.EPOLLIN)
 
-    def read(self, limit: int = 1 << 20) -> list[bytes]:
-        """Committed records, oldest first, at most limit of them."""
+    def pending(self) -> memoryview:
+        """The bytes from the consumer to the producer position: whole
+        records, the last ones possibly still being written."""
         cons = self.cons[0]
         prod = self.prod[0]
-        data, words, mask, out = self.data, self.words, self.mask, []
-        while cons < prod and len(out) < limit:
-            off = cons & mask
-            length = words[off >> 2]
-            if length & BUSY:
-                break
-            cons += (((length & ~DISCARD) + 8) + 7) & ~7
-            if not length & DISCARD:
-                out.append(bytes(data[off + 8:off + 8 + length]))
-        self.cons[0] = cons   # after the copies: the producer may reuse the space
+        off = cons & self.mask
+        return self.data[off : off + (prod - cons)]
+
+    def consume(self, nbytes: int) -> None:
+        """Give the first nbytes of `pending` back to the producer (after
+        everything in them has been copied out)."""
+        if nbytes:
+            self.cons[0] = self.cons[0] + nbytes
+
+    def read(self, limit: int = 1 << 20) -> list[bytes]:
+        """Committed records, oldest first, at most limit of them."""
+        view = self.pending()
+        out, used = payloads(view, limit)
+        view.release()
+        self.consume(used)
         return out
 
     def wait(self, timeout_ms: int) -> None:
@@ -64,9 +157,12 @@ class RingReader:
 
     def close(self) -> None:
         self.poller.close()
-        self.words.release()
-        self.cons.release()
-        self.prod.release()
-        self.data.release()
-        self.prod_map.close()
+        for view in (self.cons, self.prod, self.data):
+            view.release()
         self.cons_map.close()
+        try:
+            self.prod_map.close()
+        except BufferError:
+            # a view of pending records still referenced (by an exception's
+            # traceback): the mapping goes when that does
+            pass

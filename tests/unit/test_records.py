@@ -18,6 +18,7 @@ from mmiotrace_ng.records import (
     NgRecMark,
     NgRecType,
     NgRecUnmap,
+    field,
     mark_text,
     parse,
     unpacker,
@@ -174,6 +175,33 @@ class TestMark:
         raw = mark_raw(b"x", full=True)
         with pytest.raises(BadRecord):
             parse(raw + bytes(PAD_SLACK))
+
+
+def test_field_gives_the_mirror_offsets() -> None:
+    rec = fixed_records()[0]
+    raw = bytes(rec)
+    got = {}
+    for path in ("hdr.ts_ns", "hdr.type", "phys", "map_id", "insn"):
+        offset, code = field(NgRecAccess, path)
+        got[path] = struct.unpack_from("<" + code, raw, offset)[0]
+    assert got == {
+        "hdr.ts_ns": 27_267_138_000,
+        "hdr.type": 3,
+        "phys": 0xFEA00004,
+        "map_id": 1,
+        "insn": bytes(rec.insn),
+    }
+    assert field(NgRecAccess, "map_id")[1] == "i"
+    assert field(NgRecMap, "hdr.lost") == (NgRecMap.hdr.offset + 8, "I")
+
+
+def test_field_rejects_unknown_names() -> None:
+    with pytest.raises(KeyError):
+        field(NgRecAccess, "nope")
+    with pytest.raises(KeyError):
+        field(NgRecAccess, "hdr.nope")
+    with pytest.raises(TypeError):
+        field(NgRecAccess, "hdr")
 
 
 def test_unpacker_reads_the_mirror_offsets() -> None:

@@ -565,3 +565,136 @@ def test_batch_keeps_percent_signs_of_marks() -> None:
     out = Renderer().feed_batch(raws)
     assert out.splitlines()[1] == "MARK 0.000002 " + text.decode().rstrip("\n")
     assert out == "".join(Renderer().feed(raw) for raw in raws)
+
+
+# --- rendering straight from ring-buffer memory ---------------------------------
+
+
+def long_runs(n: int, seed: int) -> list[bytes]:
+    """Valid access records in long runs (the fast path): in blocks of 1024,
+    the first crossing a second, then by turns one mapping, mixed mappings,
+    and a block with timestamps on the rounding edges and now and then a
+    record the fast path must leave to the slow one."""
+    rng = random.Random(seed)
+    ts = 7 * 10**9 - 3_000_000
+    out = []
+    for i in range(n):
+        block = i // 1024
+        faulty = block % 3 == 2
+        ts += rng.choice([1, 499, 500, 1000, 2345, 40_000])
+        stamp = ts
+        if faulty and rng.random() < 0.05:  # just below / at a rounding edge
+            stamp = rng.randrange(1, 50) * 10**9 - rng.choice([499, 500, 501])
+        map_id = rng.choice([1, 2, -1]) if block % 3 == 1 and block > 1 else 1
+        op, width = i & 1, rng.choice([1, 2, 4, 8])
+        value = rng.getrandbits(8 * width)
+        rec = acc(stamp, op, width, map_id, 0xFEA0_0000 + 4 * rng.randrange(64), value,
+                  ip=rng.getrandbits(64), pid=rng.randrange(1 << 22))  # fmt: skip
+        rec.compat_value = rng.getrandbits(32)
+        rec.compat_width = rng.choice([1, 2, 4])
+        roll = rng.random() if faulty else 1.0
+        if roll < 0.002:
+            rec.hdr.lost = 3
+        elif roll < 0.004:
+            rec.op = rec.compat_op = 2  # UNKNOWN
+        elif roll < 0.005:
+            rec.width = 3
+        elif roll < 0.006:
+            rec.hdr.ts_ns = (1 << 64) - 1
+        elif roll < 0.007:
+            out.append(raw_mark(markr(stamp, b"100% %s\n")))
+            continue
+        out.append(bytes(rec))
+    return out
+
+
+def oracle_text(raws: list[bytes], opts: Options) -> str:
+    from mmiotrace_ng.records import parse
+
+    return "".join(oracle(parse(raw), opts) for raw in raws)
+
+
+@pytest.mark.parametrize("compat", [False, True])
+@pytest.mark.parametrize("show_pc,show_pid", [(False, False), (True, False), (True, True)])
+def test_ring_fast_path_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> None:
+    from mmiotrace_ng import ringbuf
+
+    raws = long_runs(6000, seed=7)
+    image = ringbuf.pack(raws)
+    r = Renderer(compat, show_pc, show_pid)
+    text, used = r.feed_ring(memoryview(image))
+    assert used == len(image)
+    assert text == oracle_text(raws, Options(compat, show_pc, show_pid))
+    assert sum(r.counts.values()) == len(raws) and r.bad == 0
+    assert r.lost == 3 * text.count("Lost 3 events") > 0
+
+
+def test_ring_fast_path_cases_hit() -> None:
+    """long_runs() exercises both branches of the fast path (one second and
+    one mapping per chunk, or not) and the slow path."""
+    raws = long_runs(6000, seed=7)
+    r = Renderer()
+    calls = {"fast": 0, "refused": 0}
+    chunk = r._chunk
+
+    def counting(view: memoryview, n: int) -> str | list[bool]:
+        out = chunk(view, n)
+        calls["fast" if isinstance(out, str) else "refused"] += 1
+        return out
+
+    r._chunk = counting  # type: ignore[method-assign]
+    from mmiotrace_ng import ringbuf
+
+    r.feed_ring(memoryview(ringbuf.pack(raws)))
+    assert calls["fast"] >= 3 and calls["refused"] >= 1
+    assert r.counts[NgRecType.NG_REC_ACCESS] > 5000
+
+
+def test_ring_stops_at_a_record_being_written_and_skips_discarded() -> None:
+    from mmiotrace_ng import ringbuf
+
+    raws = long_runs(3000, seed=3)
+    image = bytearray(ringbuf.pack(raws))
+    offsets = []
+    pos = 0
+    for raw in raws:
+        offsets.append(pos)
+        pos += ringbuf.stride(len(raw))
+    image[offsets[1200] + 3] |= ringbuf.DISCARD >> 24
+    image[offsets[2500] + 3] |= ringbuf.BUSY >> 24
+    r = Renderer()
+    text, used = r.feed_ring(memoryview(image))
+    assert used == offsets[2500]
+    kept = raws[:1200] + raws[1201:2500]
+    assert text == oracle_text(kept, Options())
+    assert sum(r.counts.values()) == len(kept)
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 700])
+def test_ring_refused_records_are_looked_at_a_bounded_number_of_times(every: int) -> None:
+    """Records the fast path refuses (UNKNOWN ops, as --compat gives for
+    string instructions, or lost > 0) do not make it look at the rest of
+    their run again and again: the chunks it is given add up to at most
+    twice the records."""
+    from mmiotrace_ng import ringbuf
+
+    raws = []
+    for i in range(5000):
+        rec = acc(10**9 + 1000 * i, 0, 4, 1, 0xFEA0_0000, i)
+        if i % every == 0:
+            rec.op = rec.compat_op = 2
+        if i % (every * 2) == 1:
+            rec.hdr.lost = 1
+        raws.append(bytes(rec))
+    r = Renderer()
+    seen = []
+    chunk = r._chunk
+
+    def counting(view: memoryview, n: int) -> str | list[bool]:
+        seen.append(n)
+        return chunk(view, n)
+
+    r._chunk = counting  # type: ignore[method-assign]
+    text, _ = r.feed_ring(memoryview(ringbuf.pack(raws)))
+    assert text == oracle_text(raws, Options())
+    assert sum(seen) <= 2 * len(raws)

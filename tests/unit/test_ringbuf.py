@@ -5,7 +5,16 @@ from __future__ import annotations
 import mmap
 import struct
 
-from mmiotrace_ng.ringbuf import BUSY, DISCARD, RingReader
+from mmiotrace_ng.ringbuf import (
+    BUSY,
+    DISCARD,
+    RingReader,
+    next_record,
+    pack,
+    payloads,
+    run_of,
+    stride,
+)
 
 SIZE = 4096
 
@@ -79,3 +88,39 @@ def test_record_wrapping_around_the_end(tmp_path):
     assert struct.unpack_from("<Q", reader.cons_map, 0)[0] == start + 48
     reader.close()
     fh.close()
+
+
+def test_pending_and_consume(tmp_path):
+    recs = [(b"a" * 5, 0), (b"b" * 64, DISCARD), (b"c" * 16, BUSY)]
+    reader, fh = open_reader(ring_file(tmp_path, recs))
+    view = reader.pending()
+    assert len(view) == 16 + 72 + 24
+    assert next_record(view, 0) == (16, b"a" * 5)
+    assert next_record(view, 16) == (88, None)          # discarded: skipped
+    assert next_record(view, 88) is None                # still being written
+    assert payloads(view) == ([b"a" * 5], 88)
+    del view
+    reader.consume(88)
+    assert struct.unpack_from("<Q", reader.cons_map, 0)[0] == 88
+    assert len(reader.pending()) == 24
+    reader.close()
+    fh.close()
+
+
+def test_run_of_counts_leading_records_of_one_length():
+    body = [b"x" * 72] * 5 + [b"y" * 40] + [b"z" * 72] * 3
+    image = bytearray(pack(body))
+    assert run_of(memoryview(image), 72, 100) == 5
+    assert run_of(memoryview(image), 72, 3) == 3
+    assert run_of(memoryview(image), 40, 100) == 0
+    image[stride(72) * 2 + 3] |= BUSY >> 24             # the third is being written
+    assert run_of(memoryview(image), 72, 100) == 2
+    image[3] |= DISCARD >> 24
+    assert run_of(memoryview(image), 72, 100) == 0
+
+
+def test_pack_is_what_the_reader_reads():
+    body = [bytes([i]) * n for i, n in enumerate([1, 8, 9, 72, 0, 15])]
+    image = pack(body)
+    assert len(image) == sum(stride(len(b)) for b in body)
+    assert payloads(memoryview(image)) == (body, len(image))
