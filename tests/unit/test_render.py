@@ -552,7 +552,13 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> Non
 
 
 def test_bench_render_runs() -> None:
+    import inspect
+
+    from mmiotrace_ng import cli
+
+    assert inspect.signature(render.bench_render).parameters["batch"].default == cli.BATCH
     assert render.bench_render(2000, repeat=1) > 0
+    assert render.bench_render(2000, repeat=1, batch=300) > 0
     assert render.bench_render(2000, compat=True, show_pc=True, repeat=1) > 0
 
 
