@@ -16,7 +16,7 @@ import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import chain, groupby, repeat
+from itertools import groupby, repeat
 from operator import add, and_, floordiv, mod, not_
 from typing import Final
 
@@ -448,22 +448,24 @@ class Renderer:
             head = f"{secs}.%06u {map_ids[0]} "
             formats = {op: formats[op].replace(_HEAD, head, 1) for op in ops}
             base = 500 - secs * NSEC_PER_SEC
-            args = zip(
-                map(floordiv, map(add, ts, repeat(base)), repeat(1000)),
-                *map(column, self._rest),
-                strict=True,
-            )
+            cols = [map(floordiv, map(add, ts, repeat(base)), repeat(1000))]
         else:
             usecs = list(map(floordiv, map(add, ts, repeat(500)), repeat(1000)))
-            args = zip(
+            cols = [
                 map(floordiv, usecs, repeat(USEC_PER_SEC)),
                 map(mod, usecs, repeat(USEC_PER_SEC)),
                 map_ids,
-                *map(column, self._rest),
-                strict=True,
-            )
-        text = "".join(map(formats.__getitem__, opbytes))
-        return text % tuple(chain.from_iterable(args))
+            ]
+        cols += map(column, self._rest)
+        # the arguments record by record: column i fills every len(cols)-th slot
+        args: list[int] = [0] * (len(cols) * n)
+        for i, col in enumerate(cols):
+            args[i :: len(cols)] = col
+        if len(ops) == 1:  # a polling loop, say: one op and width throughout
+            text = formats[opbytes[0]] * n
+        else:
+            text = "".join(map(formats.__getitem__, opbytes))
+        return text % tuple(args)
 
 
 def render_batch(
