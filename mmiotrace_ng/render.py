@@ -384,18 +384,19 @@ class Renderer:
         fine = self._chunk(run, n)
         if isinstance(fine, str):
             return fine
-        out = []
+        out: list[str] = []
         i = 0
         for ok, group in groupby(fine):
             k = len(list(group))
             part = run[i * _ACCESS_STRIDE : (i + k) * _ACCESS_STRIDE]
-            if ok and k >= _SHORT_RUN:
-                out.append(self._chunk(part, k))
+            text = self._chunk(part, k) if ok and k >= _SHORT_RUN else None
+            if isinstance(text, str):  # it is: all k are fine
+                out.append(text)
             else:
                 for j in range(ringbuf.HEADER, len(part), _ACCESS_STRIDE):
                     out.append(self.feed(part[j : j + _ACCESS_SIZE]))
             i += k
-        return "".join(out)  # type: ignore[arg-type]
+        return "".join(out)
 
     def _one_access(self, raw: bytes | bytearray | memoryview) -> str | None:
         """The line of an access record the fast path takes (see _chunk),
