@@ -25,7 +25,8 @@
  *    (netlink commands, socket release, module exit).
  *  - ng_lock (raw spinlock, irqsave) guards the lists too and is the only
  *    lock taken in atomic context (the ioremap return probe and the
- *    iounmap probe).  Writers hold both.
+ *    iounmap probe).  Writers hold both.  Nothing is allocated or freed
+ *    under it.
  *  - The fault path takes no lock: it walks the mapping list under RCU (it
  *    runs with interrupts off), and a mapping is freed only after a grace
  *    period.  A filter's shadow mapping is unmapped only after
@@ -341,15 +342,20 @@ static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 	if (!virt || list_empty(&ng_filters))
 		return 0;
 
+	/*
+	 * Allocated before ng_lock is taken, not under it: a raw spinlock is
+	 * no place for the allocator.  Freed again if no filter wants it.
+	 */
+	m = ng_mapping_alloc(virt, a->phys, a->size, GFP_ATOMIC, &ret);
 	raw_spin_lock_irqsave(&ng_lock, flags);
 	f = ng_find_filter(a->phys, a->size);
 	if (!f) {
 		if (ng_overlaps_filter(a->phys, a->size))
 			this_cpu_inc(ng_stats.refused);
 		raw_spin_unlock_irqrestore(&ng_lock, flags);
+		kfree(m);
 		return 0;
 	}
-	m = ng_mapping_alloc(virt, a->phys, a->size, GFP_ATOMIC, &ret);
 	if (m)
 		ret = ng_mapping_arm(m, f);
 	raw_spin_unlock_irqrestore(&ng_lock, flags);
