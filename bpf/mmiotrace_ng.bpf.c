@@ -3,7 +3,7 @@
  * mmiotrace-ng BPF programs (compiled by bcc at start-up).
  *
  * - ioremap family entry/return -> MAP for mappings that overlap a traced
- *   range (every mapping with NG_ALL), with map ids counted from 1;
+ *   range (every mapping with NG_CONFIG_ALL), with map ids counted from 1;
  * - iounmap entry -> UNMAP;
  * - the helper's mmiotng_access_hook() -> one access record (R/W/UNKNOWN);
  * - the helper's mmiotng_mark_hook() (trace_marker writes) -> MARK.
@@ -12,9 +12,10 @@
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
  * the loader prints "Lost N events" where the loss happened.
  *
- * The loader defines: NG_RINGBUF_PAGES, NG_ALL (0/1), NG_NR_RANGES and
- * NG_RANGES ({start, end} pairs, end exclusive) and includes the headers'
- * directories.
+ * What to trace is not compiled in: the loader writes it into the maps
+ * "config" and "ranges" (see mmiotrace_ng.h), and creates the ring buffer
+ * with the size asked for, so one compiled object serves every device and
+ * buffer size.  It includes the headers' directories.
  */
 #include <uapi/linux/ptrace.h>
 #include <linux/types.h>
@@ -22,17 +23,13 @@
 #include "mmiotrace_ng.h"
 #include "mmiotng_abi.h"
 
-struct ng_range {
-	u64 start;
-	u64 end;
-};
-
 struct ng_ioremap_args {
 	u64 phys;
 	u64 size;
 };
 
-BPF_RINGBUF_OUTPUT(events, NG_RINGBUF_PAGES);
+/* one page here; the loader creates it with the size asked for */
+BPF_RINGBUF_OUTPUT(events, 1);
 /* [0]: records dropped in all; [1]: dropped since this CPU's last record */
 BPF_PERCPU_ARRAY(drops, u64, 2);
 BPF_ARRAY(next_map_id, u32, 1);
@@ -40,8 +37,16 @@ BPF_ARRAY(next_map_id, u32, 1);
 BPF_HASH(claimed_ids, u32, u8, 64);
 BPF_HASH(ioremap_args, u64, struct ng_ioremap_args, 1024);
 BPF_HASH(map_ids, u64, s32, 4096);
-/* [0]: the tracer's process id, set by the loader before it arms anything */
-BPF_ARRAY(tracer, u32, 1);
+/* enum ng_config slots, set by the loader before it arms anything */
+BPF_ARRAY(config, u32, NG_CONFIG_SLOTS);
+BPF_ARRAY(ranges, struct ng_range, NG_MAX_RANGES);
+
+static __always_inline u32 ng_config(int slot)
+{
+	u32 *v = config.lookup(&slot);
+
+	return v ? *v : 0;
+}
 
 /*
  * Whether the current task belongs to the tracer.  The helper makes its
@@ -51,10 +56,7 @@ BPF_ARRAY(tracer, u32, 1);
  */
 static __always_inline int ng_by_tracer(void)
 {
-	int zero = 0;
-	u32 *t = tracer.lookup(&zero);
-
-	return t && *t == (u32)(bpf_get_current_pid_tgid() >> 32);
+	return ng_config(NG_CONFIG_TRACER) == (u32)(bpf_get_current_pid_tgid() >> 32);
 }
 
 /* A record that could not be made: counted, and reported with the next. */
@@ -124,18 +126,26 @@ static __always_inline s32 ng_new_map_id(void)
 
 static __always_inline int ng_traced_range(u64 phys, u64 size)
 {
-#if NG_ALL
-	return 1;
-#else
-	struct ng_range ranges[NG_NR_RANGES] = NG_RANGES;
-	int i;
+	u32 nr = ng_config(NG_CONFIG_NR_RANGES);
+	struct ng_range *r;
+	int i, key, hit = 0;
 
-#pragma unroll
-	for (i = 0; i < NG_NR_RANGES; i++)
-		if (phys < ranges[i].end && ranges[i].start < phys + size)
-			return 1;
-	return 0;
-#endif
+	if (ng_config(NG_CONFIG_ALL))
+		return 1;
+	/*
+	 * Every slot is looked at and the loop has one way out: the verifier
+	 * then sees at most two states per iteration (hit or not), where an
+	 * early return would leave it one path per iteration to follow
+	 * through the rest of the program.  The key is a copy, so that the
+	 * counter stays in a register where the verifier can follow it.
+	 */
+	for (i = 0; i < NG_MAX_RANGES; i++) {
+		key = i;
+		r = ranges.lookup(&key);
+		if (r && i < nr && phys < r->end && r->start < phys + size)
+			hit = 1;
+	}
+	return hit;
 }
 
 int on_ioremap_entry(struct pt_regs *ctx)
@@ -200,7 +210,7 @@ int on_iounmap(struct pt_regs *ctx)
 	if (found) {
 		map_id = *found;
 		map_ids.delete(&virt);
-	} else if (!NG_ALL) {
+	} else if (!ng_config(NG_CONFIG_ALL)) {
 		return 0;
 	}
 	r = ng_reserve(sizeof(*r), NG_REC_UNMAP);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Records the BPF programs put into the ring buffer for the loader.
+ * Records the BPF programs put into the ring buffer for the loader, and
+ * the settings the loader gives them.
  * The only definition: bpf/mmiotrace_ng.bpf.c includes it, and
  * mmiotrace_ng/records.py mirrors it (tests/unit/test_abi.py compiles this
  * header on the host and checks every size and offset of the mirror).
@@ -10,12 +11,32 @@
 
 #define NG_MARK_MAX	1024	/* bytes of marker text kept (the kernel keeps 1 KiB) */
 #define NG_INSN_BYTES	8
+#define NG_MAX_RANGES	64	/* traced physical ranges: 7 resources per device */
 
 enum ng_rec_type {
 	NG_REC_MAP = 1,
 	NG_REC_UNMAP = 2,
 	NG_REC_ACCESS = 3,
 	NG_REC_MARK = 4,
+};
+
+/*
+ * What to trace, written by the loader into two BPF maps before anything is
+ * armed (the compiled programs serve every device and buffer size):
+ * "config", u32 values at these indexes, and "ranges", NG_MAX_RANGES
+ * struct ng_range of which the first NG_CONFIG_NR_RANGES are used.
+ */
+enum ng_config {
+	NG_CONFIG_TRACER = 0,		/* the tracer's process id */
+	NG_CONFIG_ALL = 1,		/* 1: every mapping, as with --all */
+	NG_CONFIG_NR_RANGES = 2,
+	NG_CONFIG_SLOTS = 3,
+};
+
+/* A physical range whose mappings are traced. */
+struct ng_range {
+	__u64 start;
+	__u64 end;		/* exclusive */
 };
 
 /* Common to all records. */

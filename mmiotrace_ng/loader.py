@@ -22,6 +22,13 @@ from .bpfobj import (
     relocate,
     store,
 )
+from .records import (
+    NG_CONFIG_ALL,
+    NG_CONFIG_NR_RANGES,
+    NG_CONFIG_TRACER,
+    NG_MAX_RANGES,
+    NgRange,
+)
 from .ringbuf import RingReader
 
 PKG = Path(__file__).resolve().parent
@@ -69,6 +76,7 @@ BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
 # which would outlive a killed tracer; a missed return is counted as lost by
 # on_ioremap_entry.
 KRETPROBE_MAXACTIVE = 0
+VERIFIER_LOG_BYTES = 16 << 20   # for the message when a program is refused
 
 
 @functools.cache
@@ -150,30 +158,24 @@ class Probes:
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
-        rng = ranges.ranges or [(0, 0)]
-        cflags = [
-            f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}",
-            f"-DNG_RINGBUF_PAGES={pages}",
-            f"-DNG_ALL={int(ranges.all_maps)}",
-            f"-DNG_NR_RANGES={len(rng)}",
-            "-DNG_RANGES={" + ",".join(f"{{{s:#x}ULL,{e:#x}ULL}}" for s, e in rng) + "}",
-        ]
+        if len(ranges.ranges) > NG_MAX_RANGES:
+            raise LoaderError(f"{len(ranges.ranges)} address ranges to trace; at most "
+                              f"{NG_MAX_RANGES} (fewer devices at a time)")
+        cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
         source = source_dir("bpf") / "mmiotrace_ng.bpf.c"
         headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
         key = cache_key(source, headers, cflags, bcc_version)
         obj = load_cached(key, cache_dir) if cache_dir else None
         self.from_cache = obj is not None
         if obj is None:
-            print("mmiotrace-ng: compiling the BPF programs (once per kernel and device) ...",
+            print("mmiotrace-ng: compiling the BPF programs (once per kernel) ...",
                   file=sys.stderr, flush=True)
             obj = compile_object(source, cflags)
             if cache_dir:
                 store(key, obj, cache_dir)
         try:
             self.maps = self._create_maps(obj)
-            # before anything is armed: the helper's own mappings are made
-            # from this process and must stay out of the trace
-            self._update("tracer", ctypes.c_int(0), ctypes.c_uint32(os.getpid()))
+            self._configure(ranges)
             self.progs = self._load_programs(obj)
             self._attach()
             self.ring = RingReader(self.maps["events"], self.buffer_bytes)
@@ -182,10 +184,12 @@ class Probes:
             raise
 
     def _create_maps(self, obj: BpfObject) -> dict[str, int]:
+        """The object's maps, the ring buffer with the size asked for."""
         fds, by_old = {}, {}
         for m in obj.maps:
+            entries = self.buffer_bytes if m.name == "events" else m.max_entries
             fd = self.lib.bcc_create_map(m.type, m.name.encode(), m.key_size, m.value_size,
-                                         m.max_entries, m.flags)
+                                         entries, m.flags)
             if fd < 0:
                 raise LoaderError(f"cannot create the BPF map {m.name}: "
                                   f"{os.strerror(ctypes.get_errno() or -fd)}")
@@ -194,6 +198,17 @@ class Probes:
         self._by_old = by_old
         return fds
 
+    def _configure(self, ranges: Ranges) -> None:
+        """What to trace, into the maps "ranges" and "config", before any
+        program runs.  The tracer's pid goes in too: the helper's own mappings
+        are made from this process and must stay out of the trace."""
+        for i, (start, end) in enumerate(ranges.ranges):
+            self._update("ranges", ctypes.c_int(i), NgRange(start, end))
+        for slot, value in ((NG_CONFIG_TRACER, os.getpid()),
+                            (NG_CONFIG_ALL, int(ranges.all_maps)),
+                            (NG_CONFIG_NR_RANGES, len(ranges.ranges))):
+            self._update("config", ctypes.c_int(slot), ctypes.c_uint32(value))
+
     def _load_programs(self, obj: BpfObject) -> dict[str, int]:
         out = {}
         for name in PROGRAMS:
@@ -201,16 +216,26 @@ class Probes:
                 code = relocate(obj.progs[name], self._by_old)
             except (KeyError, ObjectError) as exc:
                 raise LoaderError(f"the BPF object is unusable: {exc}") from exc
-            log = ctypes.create_string_buffer(1 << 16)
-            fd = self.lib.bcc_prog_load(BPF_PROG_TYPE_KPROBE, name.encode(), code, len(code),
-                                        obj.license.encode(), obj.kern_version, 1, log,
-                                        ctypes.sizeof(log))
-            if fd < 0:
-                raise LoaderError(f"the kernel refused the BPF program {name}: "
-                                  + log.value.decode(errors="replace")[-2000:])
+            fd = self._load_one(name, code, obj, None)
+            if fd < 0:      # again, for the verifier's reasons
+                log = ctypes.create_string_buffer(VERIFIER_LOG_BYTES)
+                fd = self._load_one(name, code, obj, log)
+                if fd < 0:
+                    raise LoaderError(f"the kernel refused the BPF program {name}: "
+                                      + log.value.decode(errors="replace")[-2000:])
             self.fds.append(fd)
             out[name] = fd
         return out
+
+    def _load_one(self, name: str, code: bytes, obj: BpfObject,
+                  log: ctypes.Array[ctypes.c_char] | None) -> int:
+        """A program's descriptor (< 0: refused), with the verifier's log if
+        a buffer is given: without one the verifier writes none, which is
+        faster, and a log that does not fit would make the load fail."""
+        return self.lib.bcc_prog_load(BPF_PROG_TYPE_KPROBE, name.encode(), code, len(code),
+                                      obj.license.encode(), obj.kern_version,
+                                      1 if log is not None else 0, log,
+                                      ctypes.sizeof(log) if log is not None else 0)
 
     def _attach_one(self, kind: int, event: str, prog: str, maxactive: int = 0) -> None:
         ev_name = ("p_" if kind == BPF_PROBE_ENTRY else "r_") + event
@@ -252,7 +277,8 @@ class Probes:
         if self.lib.bpf_lookup_elem(self.maps[name], ctypes.byref(key), value) < 0:
             raise LoaderError(f"cannot read the BPF map {name}")
 
-    def _update(self, name: str, key: ctypes._SimpleCData, value: ctypes._SimpleCData) -> None:
+    def _update(self, name: str, key: ctypes._SimpleCData,
+                value: ctypes._SimpleCData | ctypes.Structure) -> None:
         if self.lib.bpf_update_elem(self.maps[name], ctypes.byref(key),
                                     ctypes.byref(value), 0) < 0:
             raise LoaderError(f"cannot update the BPF map {name}")

@@ -22,6 +22,7 @@ from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRI
 
 NG_MARK_MAX: Final = 1024
 NG_INSN_BYTES: Final = 8
+NG_MAX_RANGES: Final = 64
 
 
 class NgRecType(IntEnum):
@@ -44,6 +45,27 @@ VALID_OPS: Final = frozenset((MMIOTNG_OP_READ, MMIOTNG_OP_WRITE, MMIOTNG_OP_UNKN
 #: trailing bytes accepted after a fixed-size record (perf-buffer samples are
 #: padded so that the u32 size plus the data is a multiple of 8)
 PAD_SLACK: Final = 8
+
+
+class NgConfig(IntEnum):
+    """enum ng_config: the slots of the BPF map "config" (u32 each)."""
+
+    NG_CONFIG_TRACER = 0
+    NG_CONFIG_ALL = 1
+    NG_CONFIG_NR_RANGES = 2
+    NG_CONFIG_SLOTS = 3
+
+
+NG_CONFIG_TRACER: Final = NgConfig.NG_CONFIG_TRACER
+NG_CONFIG_ALL: Final = NgConfig.NG_CONFIG_ALL
+NG_CONFIG_NR_RANGES: Final = NgConfig.NG_CONFIG_NR_RANGES
+NG_CONFIG_SLOTS: Final = NgConfig.NG_CONFIG_SLOTS
+
+
+class NgRange(ctypes.Structure):
+    """struct ng_range: an entry of the BPF map "ranges" (end exclusive)."""
+
+    _fields_ = [("start", ctypes.c_uint64), ("end", ctypes.c_uint64)]
 
 
 class NgRecHdr(ctypes.Structure):
@@ -134,8 +156,12 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_map": NgRecMap,
     "ng_rec_unmap": NgRecUnmap,
     "ng_rec_mark": NgRecMark,
+    "ng_range": NgRange,
 }
-C_ENUMS: Final[dict[str, type[IntEnum]]] = {"ng_rec_type": NgRecType}
+C_ENUMS: Final[dict[str, type[IntEnum]]] = {
+    "ng_rec_type": NgRecType,
+    "ng_config": NgConfig,
+}
 
 HDR_SIZE: Final = ctypes.sizeof(NgRecHdr)
 MARK_TEXT_OFFSET: Final = NgRecMark.text.offset

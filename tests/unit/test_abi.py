@@ -233,6 +233,7 @@ def test_headers_parsed_completely() -> None:
         "ng_rec_map",
         "ng_rec_unmap",
         "ng_rec_mark",
+        "ng_range",
     }
     assert [f.name for f in rec.structs["ng_rec_hdr"]] == [
         "ts_ns",
@@ -247,7 +248,8 @@ def test_headers_parsed_completely() -> None:
         "NG_REC_ACCESS",
         "NG_REC_MARK",
     ]
-    assert {"NG_MARK_MAX", "NG_INSN_BYTES"} <= set(rec.defines)
+    assert rec.enums["ng_config"][-1] == "NG_CONFIG_SLOTS"
+    assert {"NG_MARK_MAX", "NG_INSN_BYTES", "NG_MAX_RANGES"} <= set(rec.defines)
     kmod = parse_header(ABI_H.read_text())
     assert set(kmod.structs) == {"mmiotng_access"}
     assert set(kmod.enums) == {"mmiotng_cmd", "mmiotng_attr"}
