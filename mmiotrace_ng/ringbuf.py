@@ -143,14 +143,6 @@ class RingReader:
         if nbytes:
             self.cons[0] = self.cons[0] + nbytes
 
-    def read(self, limit: int = 1 << 20) -> list[bytes]:
-        """Committed records, oldest first, at most limit of them."""
-        view = self.pending()
-        out, used = payloads(view, limit)
-        view.release()
-        self.consume(used)
-        return out
-
     def wait(self, timeout_ms: int) -> None:
         """Until the kernel signals new data or timeout_ms pass."""
         self.poller.poll(timeout_ms / 1000)
