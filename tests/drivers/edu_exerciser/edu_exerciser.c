@@ -9,6 +9,17 @@
  *   cat /sys/kernel/debug/edu_exerciser/run          (lists the scenarios)
  *   cat /sys/kernel/debug/edu_exerciser/mismatches   (last "burst" run)
  *
+ * Stress scenarios for the tracer's own safety tests have a file of their
+ * own (same protocol), so that "run" lists only the scenarios compared
+ * with the kernel's mmiotrace:
+ *
+ *   echo "NAME [COUNT]" > /sys/kernel/debug/edu_exerciser/stress
+ *   cat /sys/kernel/debug/edu_exerciser/stress       (lists them)
+ *   stride_virt, maploop_virt: the live mapping of stride / maploop, or 0
+ *   maploop_hold_us (rw): maploop's wait between ioremap and readl
+ *   stride_flush (rw): nonzero: stride flushes its CPU's TLB every round
+ *   errors: wrong values seen so far by the running (or last) scenario
+ *
  * The write returns once the scenario has finished: the number of bytes
  * written on success, -EINVAL for an unknown name or a bad COUNT, -EIO when a
  * value read from the device was not the one the device must return, -EINTR
@@ -42,7 +53,9 @@
 #include <linux/cpumask.h>
 #include <linux/ctype.h>
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/io.h>
+#include <linux/kprobes.h>
 #include <linux/kthread.h>
 #include <linux/mm.h>
 #include <linux/module.h>
@@ -57,6 +70,7 @@
 #include <linux/uaccess.h>
 
 #include <asm/cpufeature.h>
+#include <asm/tlbflush.h>
 
 #define EDU_VENDOR_ID		0x1234
 #define EDU_DEVICE_ID		0x11e8
@@ -93,6 +107,10 @@ struct edu_ex {
 	unsigned int errors;	/* wrong values seen by the current run */
 	u64 mismatches;		/* wrong values seen by the last burst run */
 	int burst_cpu[2];	/* where the threads of the last burst ran */
+	unsigned long stride_virt;	/* live mapping of "stride", or 0 */
+	unsigned long maploop_virt;	/* live mapping of "maploop", or 0 */
+	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
+	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
 };
 
 struct edu_scenario {
@@ -682,6 +700,131 @@ static int sc_burst(struct edu_ex *ex, unsigned int count)
 	return ret;
 }
 
+/* ---- stress scenarios (the "stress" file) ---------------------------- */
+
+/*
+ * One mapping of the whole BAR0, then COUNT rounds of one readl per page:
+ * page 0 at offset 0 reads the ident, the other pages all ones.  The
+ * mapping's address is in stride_virt while it exists.
+ */
+static int st_stride(struct edu_ex *ex, unsigned int count)
+{
+	unsigned long npages = ex->len >> PAGE_SHIFT;
+	void __iomem *base = edu_map(ex);
+	unsigned int r;
+	unsigned long p;
+	int ret = 0;
+
+	if (!base)
+		return -ENOMEM;
+	WRITE_ONCE(ex->stride_virt, (unsigned long)base);
+	for (r = 0; r < count; r++) {
+		/*
+		 * Forget the cached translations, as a context switch or a
+		 * TLB shootdown would: every page is walked again.
+		 */
+		if (READ_ONCE(ex->stride_flush)) {
+			preempt_disable();
+			__flush_tlb_all();
+			preempt_enable();
+		}
+		for (p = 0; p < npages; p++)
+			edu_check(ex, "stride readl",
+				  readl(base + p * PAGE_SIZE),
+				  p ? EDU_HOLE_VALUE : EDU_IDENT_VALUE);
+		cond_resched();
+		if (fatal_signal_pending(current)) {
+			ret = -EINTR;
+			break;
+		}
+	}
+	WRITE_ONCE(ex->stride_virt, 0);
+	edu_unmap(ex, base);
+	return ret ? ret : edu_result(ex);
+}
+
+/*
+ * COUNT times: ioremap the first page of BAR0, wait maploop_hold_us, readl
+ * the ident, iounmap.  The mapping's address is in maploop_virt from
+ * before its first use until after its iounmap.
+ */
+static int st_maploop(struct edu_ex *ex, unsigned int count)
+{
+	unsigned int i;
+	void __iomem *p;
+	u32 hold;
+
+	for (i = 0; i < count; i++) {
+		p = ioremap(ex->start, PAGE_SIZE);
+		if (!p)
+			return -ENOMEM;
+		WRITE_ONCE(ex->maploop_virt, (unsigned long)p);
+		hold = READ_ONCE(ex->maploop_hold_us);
+		if (hold)
+			usleep_range(hold, hold + hold / 4 + 1);
+		edu_check(ex, "maploop readl ident", readl(p + EDU_REG_IDENT),
+			  EDU_IDENT_VALUE);
+		iounmap(p);
+		WRITE_ONCE(ex->maploop_virt, 0);
+		if (hold || (i & 63) == 63) {
+			cond_resched();
+			if (fatal_signal_pending(current))
+				return -EINTR;
+		}
+	}
+	return edu_result(ex);
+}
+
+/* "kprobe_read": an MMIO read made from inside a kprobe pre-handler. */
+static u32 edu_kprobe_value;
+
+static noinline void edu_kprobe_target(void __iomem *base)
+{
+	/* a side effect gcc cannot see through: the call stays */
+	asm volatile("" : : "r" (base) : "memory");
+}
+
+static int edu_kprobe_pre(struct kprobe *kp, struct pt_regs *regs)
+{
+	void __iomem *base;
+
+	base = (void __iomem *)regs_get_kernel_argument(regs, 0);
+	WRITE_ONCE(edu_kprobe_value, readl(base + EDU_REG_IDENT));
+	return 0;
+}
+
+static int st_kprobe_read(struct edu_ex *ex, unsigned int count)
+{
+	struct kprobe kp = {
+		.addr = (kprobe_opcode_t *)edu_kprobe_target,
+		.pre_handler = edu_kprobe_pre,
+	};
+	void __iomem *base = edu_map(ex);
+	int ret;
+
+	if (!base)
+		return -ENOMEM;
+	WRITE_ONCE(edu_kprobe_value, 0);
+	ret = register_kprobe(&kp);
+	if (!ret) {
+		edu_kprobe_target(base);
+		unregister_kprobe(&kp);
+		edu_check(ex, "readl ident in a kprobe handler",
+			  READ_ONCE(edu_kprobe_value), EDU_IDENT_VALUE);
+	}
+	edu_unmap(ex, base);
+	return ret ? ret : edu_result(ex);
+}
+
+static const struct edu_scenario edu_stress[] = {
+	{ "stride", st_stride, true,
+	  "one BAR0 mapping; COUNT rounds of readl of every page" },
+	{ "maploop", st_maploop, true,
+	  "COUNT x (ioremap page 0; readl 0x00; iounmap)" },
+	{ "kprobe_read", st_kprobe_read, false,
+	  "readl 0x00 from a kprobe handler" },
+};
+
 static const struct edu_scenario edu_scenarios[] = {
 	{ "readb", sc_readb, false, "readb of 0x00, 0x04, 0x80" },
 	{ "readw", sc_readw, false, "readw of 0x00, 0x80" },
@@ -716,26 +859,51 @@ static const struct edu_scenario edu_scenarios[] = {
 	  "COUNT readl of 0x00 on each of two CPUs at once" },
 };
 
-static const struct edu_scenario *edu_find(const char *name)
-{
-	int i;
+struct edu_table {
+	const struct edu_scenario *sc;
+	unsigned int n;
+};
 
-	for (i = 0; i < ARRAY_SIZE(edu_scenarios); i++)
-		if (!strcmp(edu_scenarios[i].name, name))
-			return &edu_scenarios[i];
+static const struct edu_table edu_run_table = {
+	edu_scenarios, ARRAY_SIZE(edu_scenarios)
+};
+
+static const struct edu_table edu_stress_table = {
+	edu_stress, ARRAY_SIZE(edu_stress)
+};
+
+static const struct edu_scenario *edu_find(const struct edu_table *t,
+					   const char *name)
+{
+	unsigned int i;
+
+	for (i = 0; i < t->n; i++)
+		if (!strcmp(t->sc[i].name, name))
+			return &t->sc[i];
 	return NULL;
 }
 
-static int edu_list_show(struct seq_file *m, void *v)
+static void edu_list(struct seq_file *m, const struct edu_table *t)
 {
-	int i;
+	unsigned int i;
 
-	for (i = 0; i < ARRAY_SIZE(edu_scenarios); i++) {
-		const struct edu_scenario *sc = &edu_scenarios[i];
+	for (i = 0; i < t->n; i++) {
+		const struct edu_scenario *sc = &t->sc[i];
 
 		seq_printf(m, "%s%s\t%s\n", sc->name,
 			   sc->counted ? " [COUNT]" : "", sc->help);
 	}
+}
+
+static int edu_list_show(struct seq_file *m, void *v)
+{
+	edu_list(m, &edu_run_table);
+	return 0;
+}
+
+static int edu_stress_list_show(struct seq_file *m, void *v)
+{
+	edu_list(m, &edu_stress_table);
 	return 0;
 }
 
@@ -753,8 +921,13 @@ static int edu_run_open(struct inode *inode, struct file *file)
 	return single_open(file, edu_list_show, inode->i_private);
 }
 
-static ssize_t edu_run_write(struct file *file, const char __user *ubuf,
-			     size_t len, loff_t *ppos)
+static int edu_stress_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, edu_stress_list_show, inode->i_private);
+}
+
+static ssize_t edu_do_write(struct file *file, const char __user *ubuf,
+			    size_t len, const struct edu_table *t)
 {
 	struct edu_ex *ex = ((struct seq_file *)file->private_data)->private;
 	const struct edu_scenario *sc;
@@ -770,7 +943,7 @@ static ssize_t edu_run_write(struct file *file, const char __user *ubuf,
 	cmd[len] = '\0';
 	rest = strim(cmd);
 	name = strsep(&rest, " \t");
-	sc = edu_find(name);
+	sc = edu_find(t, name);
 	if (!sc)
 		return -EINVAL;
 	if (rest) {
@@ -793,11 +966,32 @@ static ssize_t edu_run_write(struct file *file, const char __user *ubuf,
 	return ret ? ret : len;
 }
 
+static ssize_t edu_run_write(struct file *file, const char __user *ubuf,
+			     size_t len, loff_t *ppos)
+{
+	return edu_do_write(file, ubuf, len, &edu_run_table);
+}
+
+static ssize_t edu_stress_write(struct file *file, const char __user *ubuf,
+				size_t len, loff_t *ppos)
+{
+	return edu_do_write(file, ubuf, len, &edu_stress_table);
+}
+
 static const struct file_operations edu_run_fops = {
 	.owner = THIS_MODULE,
 	.open = edu_run_open,
 	.read = seq_read,
 	.write = edu_run_write,
+	.llseek = seq_lseek,
+	.release = single_release,
+};
+
+static const struct file_operations edu_stress_fops = {
+	.owner = THIS_MODULE,
+	.open = edu_stress_open,
+	.read = seq_read,
+	.write = edu_stress_write,
 	.llseek = seq_lseek,
 	.release = single_release,
 };
@@ -847,6 +1041,18 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_debugfs;
 	}
 	debugfs_create_u64("mismatches", 0444, ex->dir, &ex->mismatches);
+	file = debugfs_create_file("stress", 0600, ex->dir, ex,
+				   &edu_stress_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
+	debugfs_create_ulong("stride_virt", 0400, ex->dir, &ex->stride_virt);
+	debugfs_create_ulong("maploop_virt", 0400, ex->dir, &ex->maploop_virt);
+	debugfs_create_u32("maploop_hold_us", 0600, ex->dir,
+			   &ex->maploop_hold_us);
+	debugfs_create_u32("stride_flush", 0600, ex->dir, &ex->stride_flush);
+	debugfs_create_u32("errors", 0400, ex->dir, &ex->errors);
 
 	pci_set_drvdata(pdev, ex);
 	dev_info(&pdev->dev, "BAR0 %pa, %llu bytes\n", &ex->start,
