@@ -2,17 +2,27 @@
 # Install what mmiotrace-ng and its tests need, idempotently, on Debian 12
 # (host, test guest root, or a Vagrant box): Debian packages, a venv that
 # sees Debian's bcc, and the two kernel modules built for KVER.
-# Usage: tests/setup.sh [--no-apt]
+# Usage: tests/setup.sh [--no-apt] [--kernel VERSION]
+# The kernel is Debian's default (the one linux-image-amd64 depends on,
+# 6.1 on bookworm) unless --kernel (or KVER=) names another installed one;
+# the last line printed is the version the modules were built for.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
-KVER=${KVER:-$(ls -d /lib/modules/*-amd64 2>/dev/null | sort -V | tail -1 | xargs -r basename)}
-[ -n "$KVER" ] || KVER=$(uname -r)
+NO_APT=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --no-apt) NO_APT=1 ;;
+        --kernel) KVER=$2; shift ;;
+        *) echo "usage: tests/setup.sh [--no-apt] [--kernel VERSION]" >&2; exit 2 ;;
+    esac
+    shift
+done
 PKGS="qemu-system-x86 linux-image-amd64 linux-headers-amd64 python3-bpfcc bpfcc-tools
 busybox-static cpio pciutils kmod make gcc python3-venv linux-source-6.1 xz-utils"
 
 log() { echo "setup: $*" >&2; }
 
-if [ "${1:-}" != "--no-apt" ]; then
+if [ -z "$NO_APT" ]; then
     missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
               grep -q 'install ok installed' || echo "$p"; done)
     if [ -n "$missing" ]; then
@@ -28,9 +38,13 @@ if [ "${1:-}" != "--no-apt" ]; then
             log "installing $p"
             DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p" >/dev/null; }
     done
-    # the installed kernel may be newer than the one found above
-    KVER=$(ls -d /lib/modules/*-amd64 | sort -V | tail -1 | xargs basename)
 fi
+KVER=${KVER:-$("$repo/tests/default-kernel")}
+if [ -z "$NO_APT" ] && [ ! -d "/lib/modules/$KVER/build" ]; then
+    log "installing linux-headers-$KVER"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "linux-headers-$KVER" >/dev/null
+fi
+[ -d "/lib/modules/$KVER/build" ] || { log "no kernel headers for $KVER"; exit 2; }
 
 if [ ! -x "$repo/.venv/bin/python" ]; then
     log "creating $repo/.venv (sees Debian's bcc)"
