@@ -18,7 +18,7 @@ from typing import BinaryIO
 from . import pci
 from .abi import MMIOTNG_MODE_SINGLESTEP
 from .loader import LoaderError, Probes, Ranges, monotonic_ns
-from .render import Renderer, lost_line, map_line, stream_header
+from .render import ENCODING, ERRORS, Renderer, lost_line, map_line, stream_header
 from .ringbuf import payloads
 
 EXIT_USAGE = 2
@@ -177,7 +177,7 @@ class Session:
 
     def write(self, text: str) -> None:
         if text:
-            self.out.write(text.encode())
+            self.out.write(text.encode(ENCODING, ERRORS))
 
     def start(self, ranges: list[tuple[int, int]]) -> None:
         from .netlink import HelperError, HelperSocket
@@ -275,7 +275,7 @@ class RawWriter:
         self.fh.write(RAW_MAGIC)
 
     def header(self, text: str) -> None:
-        data = text.encode()
+        data = text.encode(ENCODING, ERRORS)
         self.fh.write(struct.pack("<I", len(data)) + data)
 
     def records(self, recs: list[bytes]) -> None:
@@ -299,7 +299,7 @@ def read_raw(path: str) -> tuple[str, list[bytes]]:
         pos += 4 + n
     if not out:
         return "", []
-    return out[0].decode(), out[1:]
+    return out[0].decode(ENCODING, ERRORS), out[1:]
 
 
 def render_raw(argv: list[str]) -> int:
