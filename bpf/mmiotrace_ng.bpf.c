@@ -5,8 +5,9 @@
  * - ioremap family entry/return -> MAP for mappings that overlap a traced
  *   range (every mapping with NG_CONFIG_ALL), with map ids counted from 1;
  * - iounmap entry -> UNMAP;
- * - the helper's mmiotng_access_hook() -> one access record (R/W/UNKNOWN);
- * - the helper's mmiotng_mark_hook() (trace_marker writes) -> MARK.
+ * - the helper's tracepoint mmiotng_access (raw tracepoint) -> one access
+ *   record (R/W/UNKNOWN);
+ * - the helper's tracepoint mmiotng_mark (trace_marker writes) -> MARK.
  *
  * Everything goes into one ring buffer.  A failed reserve counts a drop on
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
@@ -224,9 +225,9 @@ int on_iounmap(struct pt_regs *ctx)
 	return 0;
 }
 
-int on_access(struct pt_regs *ctx)
+int on_access(struct bpf_raw_tracepoint_args *ctx)
 {
-	const struct mmiotng_access *a = (const void *)PT_REGS_PARM1(ctx);
+	const struct mmiotng_access *a = (const void *)ctx->args[0];
 	struct mmiotng_access acc;
 	struct ng_rec_access *r;
 	s32 *map_id;
@@ -254,10 +255,10 @@ int on_access(struct pt_regs *ctx)
 	return 0;
 }
 
-int on_mark(struct pt_regs *ctx)
+int on_mark(struct bpf_raw_tracepoint_args *ctx)
 {
-	const char *text = (const char *)PT_REGS_PARM1(ctx);
-	u32 len = PT_REGS_PARM2(ctx);
+	const char *text = (const char *)ctx->args[0];
+	u32 len = ctx->args[1];
 	struct ng_rec_mark *r;
 
 	r = ng_reserve(sizeof(*r), NG_REC_MARK);

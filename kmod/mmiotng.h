@@ -1,5 +1,31 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Internal declarations of the mmiotng module (see mmiotng_main.c). */
+/*
+ * Internal declarations of the mmiotng module.
+ *
+ * The files and their jobs:
+ *   mmiotng_pages.c   page-table entries and mappings: arm, disarm, find
+ *   mmiotng_probes.c  the ioremap and iounmap probes
+ *   mmiotng_fault.c   the page fault: taken over with an ftrace ops, decoded,
+ *                     emulated through the shadow, reported (tracepoint)
+ *   mmiotng_step.c    the single-step fallback and its debug trap
+ *   mmiotng_ctl.c     the session: filters, ARM_EXISTING, disarm, mode, stats
+ *   mmiotng_nl.c      the generic-netlink transport of the session commands
+ *   mmiotng_hooks.c   trace_marker and the kernel's own mmiotrace
+ *   mmiotng_main.c    module init and exit
+ *
+ * Locking, for the whole module (each file repeats what concerns it):
+ *  - ng_mutex serializes every change of the filter and mapping lists from
+ *    process context (netlink commands, socket release, module exit).
+ *  - ng_lock (raw spinlock, irqsave) guards the filter list, the mapping
+ *    list, every ng_page and the unmap marks.  It is the only lock taken in
+ *    atomic context (the ioremap/iounmap probes, the single-step path).
+ *    Writers of the lists hold both.  Nothing is allocated or freed under
+ *    it and nothing under it sleeps.
+ *  - The fault path finds mappings under RCU (it runs with interrupts off)
+ *    and takes no lock to emulate; a mapping is freed only after a grace
+ *    period, a filter (and its shadow) only after its mappings are gone and
+ *    a grace period has passed.
+ */
 #ifndef MMIOTNG_H
 #define MMIOTNG_H
 
@@ -7,6 +33,7 @@
 #include <linux/bits.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
+#include <linux/spinlock.h>
 #include <linux/rcupdate.h>
 #include <linux/percpu.h>
 #include <asm/pgtable_types.h>
@@ -15,10 +42,13 @@
 
 #define NG_MAX_FILTERS		16
 #define NG_MAX_FILTER_SIZE	BIT_ULL(32)	/* 4 GiB: larger BARs are refused */
+/* an instruction touches at most two operands, each on at most two pages */
+#define NG_STEP_PAGES		4
 
 /* A physical range to trace (a BAR), with its never-armed shadow mapping. */
 struct ng_filter {
-	struct list_head node;
+	struct list_head node;	/* ng_filters: ng_mutex and ng_lock */
+	struct list_head dead;	/* teardown list */
 	phys_addr_t start;
 	u64 size;
 	void __iomem *shadow;
@@ -52,8 +82,6 @@ struct ng_mapping {
 
 struct ng_stats {
 	u64 armed_pages;
-	u64 mappings;
-	u64 filters;
 	u64 faults;
 	u64 emulated;
 	u64 singlestepped;
@@ -62,24 +90,77 @@ struct ng_stats {
 	u64 retried;
 };
 
+DECLARE_PER_CPU(struct ng_stats, ng_stats);
+
 extern struct mutex ng_mutex;
+extern raw_spinlock_t ng_lock;
+extern struct list_head ng_filters;
+extern struct list_head ng_mappings;
+extern unsigned int ng_mode;
 
-void mmiotng_access_hook(const struct mmiotng_access *a);
+/* mmiotng_pages.c */
+void ng_flush_all(void);
+void ng_flush_soon(void);
+void ng_flush_sync(void);
+struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
+				    unsigned long size, gfp_t gfp, int *err);
+int ng_mapping_arm(struct ng_mapping *m, struct ng_filter *f);
+void ng_mapping_disarm(struct ng_mapping *m);
+struct ng_mapping *ng_find_mapping(unsigned long addr);
+struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr);
+void ng_page_arm(struct ng_page *pg);
+void ng_page_disarm(struct ng_page *pg);
+struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size);
+bool ng_overlaps_filter(phys_addr_t phys, unsigned long size);
 
+/* mmiotng_probes.c */
+bool ng_unmap_in_flight(unsigned long base, unsigned long len);
+int ng_probes_init(void);
+void ng_probes_exit(void);
+
+/* mmiotng_fault.c */
+void ng_report(const struct mmiotng_access *a);
+void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
+		    unsigned long addr, unsigned long ip,
+		    const u8 *bytes, unsigned int nbytes);
+void ng_fill_compat(struct mmiotng_access *acc, const u8 *bytes,
+		    unsigned int nbytes, const struct pt_regs *regs);
+int ng_fault_init(void);
+void ng_fault_exit(void);
+
+/* mmiotng_step.c */
+struct ng_insn;
+bool ng_stepping(unsigned long ip);
+void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
+		   unsigned long addr, const u8 *bytes, unsigned int nbytes,
+		   const struct ng_insn *insn, bool decoded);
+void ng_step_more(struct ng_mapping *m, unsigned long addr);
+void ng_wait_steps(void);
+int ng_step_init(void);
+void ng_step_exit(void);
+
+/* mmiotng_ctl.c: the session */
+enum ng_owner_kind { NG_IDLE, NG_TRACER, NG_KERNEL_TRACER };
+
+int ng_session_claim(u32 portid);
+bool ng_session_release(u32 portid);
+u32 ng_session_owner(void);
+bool ng_kernel_tracer_start(void);
+void ng_kernel_tracer_stop(void);
 int ng_filter_add(phys_addr_t start, u64 size);
 int ng_filter_del(phys_addr_t start, u64 size);
 int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys);
 void ng_disarm_all(void);
 int ng_set_mode(u32 mode);
 unsigned int ng_nr_filters(void);
-void ng_wait_steps(void);
+unsigned int ng_nr_mappings(void);
 void ng_get_stats(struct ng_stats *sum);
-bool ng_kernel_mmiotrace_active(void);
-bool ng_session_active(void);
-void mmiotng_mark_hook(const char *text, u32 len);
+
+/* mmiotng_hooks.c */
 int ng_hooks_init(void);
 void ng_hooks_exit(void);
 
+/* mmiotng_nl.c */
 int ng_nl_init(void);
 void ng_nl_exit(void);
 

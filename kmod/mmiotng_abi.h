@@ -4,23 +4,27 @@
  * the Python loader (mmiotrace_ng/abi.py mirrors it; tests/unit/test_abi.py
  * checks the mirror against this file).
  *
- * 1. The access hook.  For every traced access the module calls the
- *    noinline function mmiotng_access_hook(const struct mmiotng_access *a);
- *    the BPF side attaches a kprobe there and copies *a.
- *    Writes to trace_marker reach mmiotng_mark_hook() the same way.
+ * 1. The tracepoints.  For every traced access the module fires the
+ *    tracepoint MMIOTNG_ACCESS_TP with one argument, a
+ *    const struct mmiotng_access *; the BPF side attaches a raw tracepoint
+ *    program there and copies *a.  Writes to trace_marker fire
+ *    MMIOTNG_MARK_TP(const char *text, __u32 len) the same way.
  * 2. The generic-netlink family MMIOTNG_GENL_NAME: commands and attributes.
+ *    MMIOTNG_ABI_VERSION changes whenever either part does; STATUS
+ *    reports the version of the loaded module.
  */
 #ifndef MMIOTNG_ABI_H
 #define MMIOTNG_ABI_H
 
 #include <linux/types.h>
 
-#define MMIOTNG_HOOK_SYMBOL	"mmiotng_access_hook"
+#define MMIOTNG_ABI_VERSION	2
+#define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
- * mmiotng_mark_hook(const char *text, __u32 len): a trace_marker write;
- * text points to MMIOTNG_MARK_MAX readable bytes, len <= MMIOTNG_MARK_MAX
+ * mmiotng_mark(const char *text, __u32 len): a trace_marker write; text
+ * points to MMIOTNG_MARK_MAX readable bytes, len <= MMIOTNG_MARK_MAX
  */
-#define MMIOTNG_MARK_HOOK_SYMBOL	"mmiotng_mark_hook"
+#define MMIOTNG_MARK_TP		"mmiotng_mark"
 #define MMIOTNG_MARK_MAX	1024
 #define MMIOTNG_INSN_BYTES	8
 
@@ -80,6 +84,10 @@ enum mmiotng_attr {
 	MMIOTNG_A_STAT_SINGLESTEPPED,	/* u64 */
 	MMIOTNG_A_STAT_UNKNOWN,		/* u64 */
 	MMIOTNG_A_STAT_OWNER,		/* u32: netlink port id of the controller, 0 if none */
+	MMIOTNG_A_STAT_REFUSED,		/* u64: mappings of a traced range left unarmed */
+	MMIOTNG_A_STAT_RETRIED,		/* u64: faults that raced a disarm, retried */
+	MMIOTNG_A_STAT_ABI_VERSION,	/* u32: MMIOTNG_ABI_VERSION of the module */
+	MMIOTNG_A_PAD,			/* padding of 64-bit attributes */
 	__MMIOTNG_A_MAX,
 };
 

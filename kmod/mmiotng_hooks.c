@@ -2,95 +2,92 @@
 /*
  * mmiotng: hooks into the kernel's tracing code.
  *
- * - trace_marker: tracing_mark_write() is notrace, so BPF cannot probe it.
- *   An int3 kprobe sends each call to ng_mark_write(), which calls the
- *   original and then hands the text to mmiotng_mark_hook(), where BPF
- *   attaches.  The text is copied in process context, outside any kprobe
- *   handler (a BPF kprobe nested in a kprobe handler would be skipped).
+ * - trace_marker: tracing_mark_write() is notrace, so BPF cannot probe
+ *   it.  A kretprobe sees each write return; the text the write took from
+ *   user space is copied again (copy_from_user_nofault, exactly as
+ *   tracing_mark_write() copies it) into a per-CPU buffer and handed to the
+ *   tracepoint mmiotng_mark, where BPF attaches.  A write that faulted is
+ *   "<faulted>", as the kernel's tracer prints it.  Nothing runs outside
+ *   the probe handlers: unregistering the probes leaves no code of this
+ *   module in flight.
  * - The kernel's own mmiotrace: mmio_trace_init()/mmio_trace_reset() are
- *   probed to know whether it runs, and while an mmiotrace-ng session is
- *   active its start is refused with -EBUSY (it would offline CPUs and
- *   fight over the same faults).
+ *   probed so that it and an mmiotrace-ng session exclude each other
+ *   through one atomic state (ng_kernel_tracer_start, mmiotng_ctl.c).  Its
+ *   start is refused with -EBUSY while a session is active, by sending the
+ *   probed call to ng_refuse_mmiotrace() (a redirection, not a call of the
+ *   original; kprobes with a post_handler are never optimized into jumps,
+ *   which would ignore the new ip).
  *
- * Both redirections change the probed call's ip from the pre-handler;
- * kprobes with a post_handler are never optimized into jumps, which would
- * ignore that.  Calls made from this module pass through unchanged.
+ * Locking in this file:
+ *  - The kretprobe handlers run in probe context (preemption off), on any
+ *    CPU at once; each uses only its CPU's buffer.  Marker writes are
+ *    system calls: a handler is never nested in another on its CPU.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/module.h>
 #include <linux/kprobes.h>
-#include <linux/slab.h>
 #include <linux/uaccess.h>
-#include <linux/fs.h>
+#include <linux/string.h>
 
 #include "mmiotng.h"
+#include "mmiotng_trace.h"
 
-static bool ng_kmmiotrace_on;
+#define NG_FAULTED	"<faulted>"
+
+struct ng_mark_args {
+	const char __user *ubuf;
+	size_t cnt;
+};
+
+struct ng_mark_buf {
+	char text[MMIOTNG_MARK_MAX + 1];
+};
+
+static DEFINE_PER_CPU(struct ng_mark_buf, ng_mark_buf);
+
+static int ng_mark_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct ng_mark_args *a = (void *)ri->data;
+
+	a->ubuf = (const char __user *)regs_get_kernel_argument(regs, 1);
+	a->cnt = regs_get_kernel_argument(regs, 2);
+	return 0;
+}
+
+static int ng_mark_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct ng_mark_args *a = (void *)ri->data;
+	long ret = regs_return_value(regs);
+	char *buf = this_cpu_ptr(&ng_mark_buf)->text;
+	size_t len = min_t(size_t, a->cnt, MMIOTNG_MARK_MAX);
+
+	if (ret <= 0 && ret != -EFAULT)
+		return 0;
+	if (ret == -EFAULT || !len || copy_from_user_nofault(buf, a->ubuf, len)) {
+		len = sizeof(NG_FAULTED) - 1;
+		memcpy(buf, NG_FAULTED, len);
+	}
+	/* BPF reads MMIOTNG_MARK_MAX bytes whatever len is */
+	memset(buf + len, 0, MMIOTNG_MARK_MAX + 1 - len);
+	trace_mmiotng_mark(buf, len);
+	return 0;
+}
+
+static struct kretprobe ng_mark_probe = {
+	.kp.symbol_name = "tracing_mark_write",
+	.entry_handler = ng_mark_entry,
+	.handler = ng_mark_ret,
+	.data_size = sizeof(struct ng_mark_args),
+};
+
+/* ---- the kernel's own mmiotrace ------------------------------------- */
+
 static bool ng_kguard;	/* the mmio_trace_init/reset probes are in place */
-
-bool ng_kernel_mmiotrace_active(void)
-{
-	return READ_ONCE(ng_kmmiotrace_on);
-}
-
-/* The attach point for MARK records. */
-noinline void mmiotng_mark_hook(const char *text, u32 len)
-{
-	asm volatile("" : : "r"(text), "r"(len) : "memory");
-}
-EXPORT_SYMBOL_GPL(mmiotng_mark_hook);
 
 static void ng_no_post(struct kprobe *p, struct pt_regs *regs, unsigned long flags)
 {
 }
-
-/* Was the probed function called from this module (our pass-through)? */
-static bool ng_called_by_us(struct pt_regs *regs)
-{
-	unsigned long ret_addr;
-
-	if (copy_from_kernel_nofault(&ret_addr, (void *)regs->sp, sizeof(ret_addr)))
-		return false;
-	return within_module(ret_addr, THIS_MODULE);
-}
-
-typedef ssize_t (*ng_write_fn)(struct file *, const char __user *, size_t, loff_t *);
-static struct kprobe ng_mark_probe;
-
-static ssize_t ng_mark_write(struct file *filp, const char __user *ubuf,
-			     size_t cnt, loff_t *fpos)
-{
-	ssize_t ret = ((ng_write_fn)ng_mark_probe.addr)(filp, ubuf, cnt, fpos);
-	size_t len = min_t(size_t, cnt, MMIOTNG_MARK_MAX);
-	char *buf;
-
-	if (ret <= 0 || !len)
-		return ret;
-	/* BPF reads MMIOTNG_MARK_MAX bytes whatever len is */
-	buf = kzalloc(MMIOTNG_MARK_MAX + 1, GFP_KERNEL);
-	if (!buf)
-		return ret;
-	if (!copy_from_user(buf, ubuf, len))
-		mmiotng_mark_hook(buf, len);
-	kfree(buf);
-	return ret;
-}
-
-static int ng_mark_pre(struct kprobe *p, struct pt_regs *regs)
-{
-	if (ng_called_by_us(regs))
-		return 0;
-	instruction_pointer_set(regs, (unsigned long)ng_mark_write);
-	return 1;
-}
-
-static struct kprobe ng_mark_probe = {
-	.symbol_name = "tracing_mark_write",
-	.pre_handler = ng_mark_pre,
-	.post_handler = ng_no_post,
-};
 
 static int ng_refuse_mmiotrace(void *tr)
 {
@@ -100,11 +97,10 @@ static int ng_refuse_mmiotrace(void *tr)
 
 static int ng_kinit_pre(struct kprobe *p, struct pt_regs *regs)
 {
-	if (ng_session_active()) {
+	if (!ng_kernel_tracer_start()) {
 		instruction_pointer_set(regs, (unsigned long)ng_refuse_mmiotrace);
 		return 1;
 	}
-	WRITE_ONCE(ng_kmmiotrace_on, true);
 	return 0;
 }
 
@@ -116,7 +112,7 @@ static struct kprobe ng_kinit_probe = {
 
 static int ng_kreset_pre(struct kprobe *p, struct pt_regs *regs)
 {
-	WRITE_ONCE(ng_kmmiotrace_on, false);
+	ng_kernel_tracer_stop();
 	return 0;
 }
 
@@ -129,7 +125,7 @@ int ng_hooks_init(void)
 {
 	int ret;
 
-	ret = register_kprobe(&ng_mark_probe);
+	ret = register_kretprobe(&ng_mark_probe);
 	if (ret) {
 		pr_err("cannot probe tracing_mark_write: %d\n", ret);
 		return ret;
@@ -151,5 +147,5 @@ void ng_hooks_exit(void)
 		unregister_kprobe(&ng_kreset_probe);
 		unregister_kprobe(&ng_kinit_probe);
 	}
-	unregister_kprobe(&ng_mark_probe);
+	unregister_kretprobe(&ng_mark_probe);
 }

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * mmiotng: generic-netlink control (family MMIOTNG_GENL_NAME, see
- * mmiotng_abi.h).
+ * mmiotng: generic-netlink transport (family MMIOTNG_GENL_NAME, see
+ * mmiotng_abi.h) of the session commands in mmiotng_ctl.c.
  *
- * The first socket to change anything owns the session; other sockets get
- * -EBUSY until it disarms or closes.  When the owner's socket is released
- * (exit, crash, SIGKILL) every filter and mapping is dropped and every
- * page restored.  All commands need CAP_SYS_ADMIN (GENL_ADMIN_PERM) and
- * run under ng_mutex, which also orders them against the release.
+ * Every command needs CAP_SYS_ADMIN (it rewrites kernel page tables):
+ * GENL_ADMIN_PERM only checks CAP_NET_ADMIN, so pre_doit checks
+ * CAP_SYS_ADMIN explicitly.  pre_doit takes ng_mutex and, for the commands
+ * that change anything (NG_NL_CLAIM), makes the sender the session's
+ * owner or refuses it; post_doit drops ng_mutex.  When the owner's socket
+ * is released (exit, crash, SIGKILL) the session ends and every page is
+ * restored.
+ *
+ * Locking in this file: every handler runs in process context with
+ * ng_mutex held (pre_doit/post_doit); the release notifier takes it too.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -19,169 +24,155 @@
 
 #include "mmiotng.h"
 
-static u32 ng_owner;	/* netlink port id of the controller; ng_mutex */
+/* genl_small_ops.internal_flags */
+#define NG_NL_CLAIM	0x1	/* the command needs the session */
 
-bool ng_session_active(void)
-{
-	return READ_ONCE(ng_owner) != 0;
-}
+/* what pre_doit/post_doit get: genl_split_ops since 6.2, which added GENL_SET_ERR_MSG_FMT */
+#ifdef GENL_SET_ERR_MSG_FMT
+#define ng_genl_ops genl_split_ops
+#else
+#define ng_genl_ops genl_ops
+#endif
 
 static struct genl_family ng_family;
 
-/* Make the sender the owner, or refuse if someone else is. */
-static int ng_claim(struct genl_info *info)
-{
-	if (ng_owner && ng_owner != info->snd_portid) {
-		GENL_SET_ERR_MSG(info, "another mmiotrace-ng session controls the helper");
-		return -EBUSY;
-	}
-	ng_owner = info->snd_portid;
-	return 0;
-}
-
-/*
- * Fail with a message when a required attribute is missing.  A macro, as
- * the message must be a literal; info is evaluated once.
- */
-#define ng_need(info, attr, what) ({					\
-	struct genl_info *__info = (info);				\
-	int __ret = 0;							\
-	if (!__info->attrs[attr]) {					\
-		GENL_SET_ERR_MSG(__info, "missing attribute " what);	\
-		__ret = -EINVAL;					\
-	}								\
-	__ret;								\
-})
-
-static int ng_cmd_filter_add(struct sk_buff *skb, struct genl_info *info)
+static int ng_pre_doit(const struct ng_genl_ops *ops, struct sk_buff *skb, struct genl_info *info)
 {
 	int ret;
 
-	ret = ng_need(info, MMIOTNG_A_PHYS, "PHYS") ?:
-	      ng_need(info, MMIOTNG_A_SIZE, "SIZE");
-	if (ret)
-		return ret;
-	if (ng_kernel_mmiotrace_active()) {
-		GENL_SET_ERR_MSG(info, "the kernel's own mmiotrace is active");
-		return -EBUSY;
+	if (!netlink_capable(skb, CAP_SYS_ADMIN)) {
+		GENL_SET_ERR_MSG(info, "CAP_SYS_ADMIN is needed");
+		return -EPERM;
 	}
 	mutex_lock(&ng_mutex);
-	ret = ng_claim(info);
-	if (!ret)
-		ret = ng_filter_add(nla_get_u64(info->attrs[MMIOTNG_A_PHYS]),
-				    nla_get_u64(info->attrs[MMIOTNG_A_SIZE]));
+	if (!(ops->internal_flags & NG_NL_CLAIM))
+		return 0;
+	ret = ng_session_claim(info->snd_portid);
+	if (ret == -EBUSY)
+		GENL_SET_ERR_MSG(info, "another mmiotrace-ng session controls the helper");
+	if (ret == -EALREADY) {
+		GENL_SET_ERR_MSG(info, "the kernel's own mmiotrace is active");
+		ret = -EBUSY;
+	}
+	if (ret)
+		mutex_unlock(&ng_mutex);
+	return ret;
+}
+
+static void ng_post_doit(const struct ng_genl_ops *ops, struct sk_buff *skb, struct genl_info *info)
+{
+	mutex_unlock(&ng_mutex);
+}
+
+/* u64 attribute @attr of the request; *ok is cleared (and a message set) if absent */
+static u64 ng_get_u64(struct genl_info *info, int attr, bool *ok)
+{
+	if (info->attrs[attr])
+		return nla_get_u64(info->attrs[attr]);
+	GENL_SET_ERR_MSG(info, "missing attribute");
+	*ok = false;
+	return 0;
+}
+
+static int ng_cmd_filter_add(struct sk_buff *skb, struct genl_info *info)
+{
+	bool ok = true;
+	u64 phys = ng_get_u64(info, MMIOTNG_A_PHYS, &ok);
+	u64 size = ng_get_u64(info, MMIOTNG_A_SIZE, &ok);
+	int ret;
+
+	if (!ok)
+		return -EINVAL;
+	ret = ng_filter_add(phys, size);
 	if (ret == -EINVAL)
-		GENL_SET_ERR_MSG(info, "range must be page-aligned device memory");
+		GENL_SET_ERR_MSG(info, "not page-aligned, or not inside a PCI memory BAR or ROM");
 	else if (ret == -EEXIST)
 		GENL_SET_ERR_MSG(info, "range overlaps a filter");
-	mutex_unlock(&ng_mutex);
+	else if (ret == -ENOSPC)
+		GENL_SET_ERR_MSG(info, "too many filters");
 	return ret;
 }
 
 static int ng_cmd_filter_del(struct sk_buff *skb, struct genl_info *info)
 {
-	int ret;
+	bool ok = true;
+	u64 phys = ng_get_u64(info, MMIOTNG_A_PHYS, &ok);
+	u64 size = ng_get_u64(info, MMIOTNG_A_SIZE, &ok);
 
-	ret = ng_need(info, MMIOTNG_A_PHYS, "PHYS") ?:
-	      ng_need(info, MMIOTNG_A_SIZE, "SIZE");
-	if (ret)
-		return ret;
-	mutex_lock(&ng_mutex);
-	ret = ng_claim(info);
-	if (!ret)
-		ret = ng_filter_del(nla_get_u64(info->attrs[MMIOTNG_A_PHYS]),
-				    nla_get_u64(info->attrs[MMIOTNG_A_SIZE]));
-	mutex_unlock(&ng_mutex);
-	return ret;
+	return ok ? ng_filter_del(phys, size) : -EINVAL;
 }
 
 static int ng_cmd_arm_existing(struct sk_buff *skb, struct genl_info *info)
 {
+	bool ok = true;
+	u64 virt = ng_get_u64(info, MMIOTNG_A_VIRT, &ok);
+	u64 size = ng_get_u64(info, MMIOTNG_A_SIZE, &ok);
+	u64 phys = ng_get_u64(info, MMIOTNG_A_PHYS, &ok);
 	int ret;
 
-	ret = ng_need(info, MMIOTNG_A_VIRT, "VIRT") ?:
-	      ng_need(info, MMIOTNG_A_SIZE, "SIZE") ?:
-	      ng_need(info, MMIOTNG_A_PHYS, "PHYS");
-	if (ret)
-		return ret;
-	mutex_lock(&ng_mutex);
-	ret = ng_claim(info);
-	if (!ret)
-		ret = ng_arm_existing(nla_get_u64(info->attrs[MMIOTNG_A_VIRT]),
-				      nla_get_u64(info->attrs[MMIOTNG_A_SIZE]),
-				      nla_get_u64(info->attrs[MMIOTNG_A_PHYS]));
+	if (!ok)
+		return -EINVAL;
+	ret = ng_arm_existing(virt, size, phys);
 	if (ret == -EINVAL)
 		GENL_SET_ERR_MSG(info, "not a mapping of that physical range");
 	else if (ret == -ENOENT)
 		GENL_SET_ERR_MSG(info, "range is not inside a filter");
 	else if (ret == -EPERM)
 		GENL_SET_ERR_MSG(info, "that is the helper's own mapping");
-	mutex_unlock(&ng_mutex);
+	else if (ret == -EBUSY)
+		GENL_SET_ERR_MSG(info, "the mapping is being unmapped");
 	return ret;
 }
 
 static int ng_cmd_disarm_all(struct sk_buff *skb, struct genl_info *info)
 {
-	int ret;
-
-	mutex_lock(&ng_mutex);
-	ret = ng_claim(info);
-	if (!ret) {
-		ng_disarm_all();
-		ng_owner = 0;
-	}
-	mutex_unlock(&ng_mutex);
-	return ret;
+	ng_session_release(info->snd_portid);
+	return 0;
 }
 
 static int ng_cmd_set_mode(struct sk_buff *skb, struct genl_info *info)
 {
-	int ret = ng_need(info, MMIOTNG_A_MODE, "MODE");
+	if (!info->attrs[MMIOTNG_A_MODE]) {
+		GENL_SET_ERR_MSG(info, "missing attribute");
+		return -EINVAL;
+	}
+	return ng_set_mode(nla_get_u32(info->attrs[MMIOTNG_A_MODE]));
+}
 
-	if (ret)
-		return ret;
-	mutex_lock(&ng_mutex);
-	ret = ng_claim(info);
-	if (!ret)
-		ret = ng_set_mode(nla_get_u32(info->attrs[MMIOTNG_A_MODE]));
-	mutex_unlock(&ng_mutex);
-	return ret;
+static int ng_put_stats(struct sk_buff *msg)
+{
+	struct ng_stats st;
+
+	ng_get_stats(&st);
+	return nla_put_u64_64bit(msg, MMIOTNG_A_STAT_ARMED_PAGES, st.armed_pages, MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_MAPPINGS, ng_nr_mappings(), MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_FILTERS, ng_nr_filters(), MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_FAULTS, st.faults, MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_EMULATED, st.emulated, MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_SINGLESTEPPED, st.singlestepped,
+				 MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_UNKNOWN, st.unknown, MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_REFUSED, st.refused, MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_RETRIED, st.retried, MMIOTNG_A_PAD) ||
+	       nla_put_u32(msg, MMIOTNG_A_STAT_OWNER, ng_session_owner()) ||
+	       nla_put_u32(msg, MMIOTNG_A_STAT_ABI_VERSION, MMIOTNG_ABI_VERSION);
 }
 
 static int ng_cmd_status(struct sk_buff *skb, struct genl_info *info)
 {
-	struct ng_stats st;
 	struct sk_buff *msg;
 	void *hdr;
-	u32 owner;
-
-	mutex_lock(&ng_mutex);
-	ng_get_stats(&st);
-	owner = ng_owner;
-	mutex_unlock(&ng_mutex);
 
 	msg = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
 	if (!msg)
 		return -ENOMEM;
 	hdr = genlmsg_put_reply(msg, info, &ng_family, 0, MMIOTNG_CMD_STATUS);
-	if (!hdr)
-		goto nospace;
-	if (nla_put_u64_64bit(msg, MMIOTNG_A_STAT_ARMED_PAGES, st.armed_pages, MMIOTNG_A_UNSPEC) ||
-	    nla_put_u64_64bit(msg, MMIOTNG_A_STAT_MAPPINGS, st.mappings, MMIOTNG_A_UNSPEC) ||
-	    nla_put_u64_64bit(msg, MMIOTNG_A_STAT_FILTERS, st.filters, MMIOTNG_A_UNSPEC) ||
-	    nla_put_u64_64bit(msg, MMIOTNG_A_STAT_FAULTS, st.faults, MMIOTNG_A_UNSPEC) ||
-	    nla_put_u64_64bit(msg, MMIOTNG_A_STAT_EMULATED, st.emulated, MMIOTNG_A_UNSPEC) ||
-	    nla_put_u64_64bit(msg, MMIOTNG_A_STAT_SINGLESTEPPED, st.singlestepped,
-			      MMIOTNG_A_UNSPEC) ||
-	    nla_put_u64_64bit(msg, MMIOTNG_A_STAT_UNKNOWN, st.unknown, MMIOTNG_A_UNSPEC) ||
-	    nla_put_u32(msg, MMIOTNG_A_STAT_OWNER, owner))
-		goto nospace;
+	if (!hdr || ng_put_stats(msg)) {
+		nlmsg_free(msg);
+		return -EMSGSIZE;
+	}
 	genlmsg_end(msg, hdr);
 	return genlmsg_reply(msg, info);
-
-nospace:
-	nlmsg_free(msg);
-	return -EMSGSIZE;
 }
 
 static const struct nla_policy ng_policy[MMIOTNG_A_MAX + 1] = {
@@ -191,14 +182,16 @@ static const struct nla_policy ng_policy[MMIOTNG_A_MAX + 1] = {
 	[MMIOTNG_A_MODE] = { .type = NLA_U32 },
 };
 
+#define NG_OP(c, fn, iflags) \
+	{ .cmd = (c), .doit = (fn), .flags = GENL_ADMIN_PERM, .internal_flags = (iflags) }
+
 static const struct genl_small_ops ng_ops[] = {
-	{ .cmd = MMIOTNG_CMD_FILTER_ADD, .doit = ng_cmd_filter_add, .flags = GENL_ADMIN_PERM },
-	{ .cmd = MMIOTNG_CMD_FILTER_DEL, .doit = ng_cmd_filter_del, .flags = GENL_ADMIN_PERM },
-	{ .cmd = MMIOTNG_CMD_ARM_EXISTING, .doit = ng_cmd_arm_existing,
-	  .flags = GENL_ADMIN_PERM },
-	{ .cmd = MMIOTNG_CMD_DISARM_ALL, .doit = ng_cmd_disarm_all, .flags = GENL_ADMIN_PERM },
-	{ .cmd = MMIOTNG_CMD_STATUS, .doit = ng_cmd_status, .flags = GENL_ADMIN_PERM },
-	{ .cmd = MMIOTNG_CMD_SET_MODE, .doit = ng_cmd_set_mode, .flags = GENL_ADMIN_PERM },
+	NG_OP(MMIOTNG_CMD_FILTER_ADD, ng_cmd_filter_add, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_FILTER_DEL, ng_cmd_filter_del, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_ARM_EXISTING, ng_cmd_arm_existing, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_DISARM_ALL, ng_cmd_disarm_all, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_STATUS, ng_cmd_status, 0),
+	NG_OP(MMIOTNG_CMD_SET_MODE, ng_cmd_set_mode, NG_NL_CLAIM),
 };
 
 static struct genl_family ng_family __ro_after_init = {
@@ -207,11 +200,13 @@ static struct genl_family ng_family __ro_after_init = {
 	.maxattr = MMIOTNG_A_MAX,
 	.policy = ng_policy,
 	.module = THIS_MODULE,
+	.pre_doit = ng_pre_doit,
+	.post_doit = ng_post_doit,
 	.small_ops = ng_ops,
 	.n_small_ops = ARRAY_SIZE(ng_ops),
 };
 
-/* The controller's socket is gone: nothing may stay armed. */
+/* A socket is gone: if it owned the session, nothing may stay armed. */
 static int ng_netlink_event(struct notifier_block *nb, unsigned long event, void *ptr)
 {
 	struct netlink_notify *n = ptr;
@@ -219,10 +214,7 @@ static int ng_netlink_event(struct notifier_block *nb, unsigned long event, void
 	if (event != NETLINK_URELEASE || n->protocol != NETLINK_GENERIC)
 		return NOTIFY_DONE;
 	mutex_lock(&ng_mutex);
-	if (ng_owner && n->portid == ng_owner) {
-		ng_disarm_all();
-		ng_owner = 0;
-	}
+	ng_session_release(n->portid);
 	mutex_unlock(&ng_mutex);
 	return NOTIFY_DONE;
 }

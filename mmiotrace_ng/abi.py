@@ -11,8 +11,9 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_HOOK_SYMBOL: Final = "mmiotng_access_hook"
-MMIOTNG_MARK_HOOK_SYMBOL: Final = "mmiotng_mark_hook"
+MMIOTNG_ABI_VERSION: Final = 2
+MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
+MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MARK_MAX: Final = 1024
 MMIOTNG_INSN_BYTES: Final = 8
 
@@ -84,6 +85,10 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_STAT_SINGLESTEPPED = 10
     MMIOTNG_A_STAT_UNKNOWN = 11
     MMIOTNG_A_STAT_OWNER = 12
+    MMIOTNG_A_STAT_REFUSED = 13
+    MMIOTNG_A_STAT_RETRIED = 14
+    MMIOTNG_A_STAT_ABI_VERSION = 15
+    MMIOTNG_A_PAD = 16
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -106,11 +111,15 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_STAT_SINGLESTEPPED: "uint64",
     MmiotngAttr.MMIOTNG_A_STAT_UNKNOWN: "uint64",
     MmiotngAttr.MMIOTNG_A_STAT_OWNER: "uint32",
+    MmiotngAttr.MMIOTNG_A_STAT_REFUSED: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_RETRIED: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_ABI_VERSION: "uint32",
+    MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 
 
 class MmiotngAccess(ctypes.Structure):
-    """struct mmiotng_access: the argument of mmiotng_access_hook()."""
+    """struct mmiotng_access: the argument of the mmiotng_access tracepoint."""
 
     _fields_ = [
         ("map_virt", ctypes.c_uint64),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .abi import MMIOTNG_ABI_VERSION
 from .loader import LoaderError, source_dir
 
 MODULE = "mmiotng"
@@ -47,8 +48,41 @@ def _build(release: str) -> Path:
     return work / f"{MODULE}.ko"
 
 
+def _loaded_abi() -> tuple[int, int]:
+    """(ABI version, session owner) of the loaded helper; version 0 for a
+    module older than the version attribute."""
+    from .netlink import HelperError, HelperSocket
+
+    try:
+        with HelperSocket() as h:
+            st = h.status()
+    except HelperError as exc:
+        raise LoaderError(f"the loaded helper module does not answer: {exc}") from exc
+    return st.abi_version, st.owner
+
+
+def _replace_stale() -> None:
+    """A helper of another version is loaded: unload it, unless it is in use."""
+    version, owner = _loaded_abi()
+    if version == MMIOTNG_ABI_VERSION:
+        return
+    if owner:
+        raise LoaderError(f"the loaded helper module ({MODULE}, interface {version}) is of "
+                          f"another version (this mmiotrace-ng needs {MMIOTNG_ABI_VERSION}) "
+                          "and another tracer is using it")
+    print(f"mmiotrace-ng: replacing the loaded helper module (interface {version}, "
+          f"needed {MMIOTNG_ABI_VERSION})", file=sys.stderr)
+    out = subprocess.run(["rmmod", MODULE], capture_output=True, text=True)
+    if out.returncode:
+        raise LoaderError(f"the loaded helper module is of another version and cannot be "
+                          f"unloaded: {out.stderr.strip()}")
+
+
 def ensure_loaded(explicit: str | None = None) -> None:
-    """Load the helper: --helper PATH, the checkout's build, DKMS, or a fresh build."""
+    """Load the helper: --helper PATH, the checkout's build, DKMS, or a fresh build.
+    A loaded helper of another interface version is replaced."""
+    if loaded():
+        _replace_stale()
     if loaded():
         return
     release = os.uname().release

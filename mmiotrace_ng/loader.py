@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .abi import MMIOTNG_HOOK_SYMBOL, MMIOTNG_MARK_HOOK_SYMBOL
+from .abi import MMIOTNG_ACCESS_TP, MMIOTNG_MARK_TP
 from .bpfobj import (
     CACHE_DIR,
     BpfObject,
@@ -70,6 +70,10 @@ class Ranges:
 
 PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark")
 BPF_PROG_TYPE_KPROBE = 2
+BPF_PROG_TYPE_RAW_TRACEPOINT = 17
+# Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
+# also run when the access is made from inside another kprobe's handler).
+TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP}
 BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
 # 0: the kernel's default number of return-probe instances (2 per CPU, at
 # least 10).  Any other value makes libbcc define a tracefs kprobe event,
@@ -95,6 +99,8 @@ def _libbcc():
     lib.bcc_prog_load.restype = c.c_int
     lib.bcc_prog_load.argtypes = [c.c_int, c.c_char_p, c.c_void_p, c.c_int, c.c_char_p,
                                   c.c_uint, c.c_int, c.c_char_p, c.c_uint]
+    lib.bpf_attach_raw_tracepoint.restype = c.c_int
+    lib.bpf_attach_raw_tracepoint.argtypes = [c.c_int, c.c_char_p]
     lib.bpf_num_tables.restype = c.c_ulonglong
     lib.bpf_num_tables.argtypes = [c.c_void_p]
     for fn in ("bpf_table_fd_id", "bpf_table_type_id", "bpf_table_flags_id"):
@@ -153,6 +159,7 @@ class Probes:
         self.lib, bcc_version = _libbcc()
         self.fds: list[int] = []               # maps and programs
         self.probe_fds: list[tuple[bytes, int]] = []
+        self.tp_fds: list[int] = []
         self.attached: list[str] = []
         self.ring: RingReader | None = None
         pages = max(1, buffer_kb * 1024 // 4096)
@@ -232,7 +239,8 @@ class Probes:
         """A program's descriptor (< 0: refused), with the verifier's log if
         a buffer is given: without one the verifier writes none, which is
         faster, and a log that does not fit would make the load fail."""
-        return self.lib.bcc_prog_load(BPF_PROG_TYPE_KPROBE, name.encode(), code, len(code),
+        kind = BPF_PROG_TYPE_RAW_TRACEPOINT if name in TRACEPOINT_PROGRAMS else BPF_PROG_TYPE_KPROBE
+        return self.lib.bcc_prog_load(kind, name.encode(), code, len(code),
                                       obj.license.encode(), obj.kern_version,
                                       1 if log is not None else 0, log,
                                       ctypes.sizeof(log) if log is not None else 0)
@@ -253,10 +261,16 @@ class Probes:
             self._attach_one(BPF_PROBE_ENTRY, fn, "on_ioremap_entry")
             self._attach_one(BPF_PROBE_RETURN, fn, "on_ioremap_return", KRETPROBE_MAXACTIVE)
             self.attached.append(fn)
-        for event, fn in (("iounmap", "on_iounmap"), (MMIOTNG_HOOK_SYMBOL, "on_access"),
-                          (MMIOTNG_MARK_HOOK_SYMBOL, "on_mark")):
-            self._attach_one(BPF_PROBE_ENTRY, event, fn)
-            self.attached.append(event)
+        self._attach_one(BPF_PROBE_ENTRY, "iounmap", "on_iounmap")
+        self.attached.append("iounmap")
+        for prog, tp in TRACEPOINT_PROGRAMS.items():
+            fd = self.lib.bpf_attach_raw_tracepoint(self.progs[prog], tp.encode())
+            if fd < 0:
+                raise LoaderError(f"cannot attach to the helper's tracepoint {tp} "
+                                  f"({os.strerror(-fd) if fd < -1 else 'refused'}): "
+                                  "is the loaded mmiotng module of this version?")
+            self.tp_fds.append(fd)
+            self.attached.append(tp)
 
     def pending(self, timeout_ms: int) -> memoryview:
         """The ring buffer's unread bytes (ringbuf.RingReader.pending), after
@@ -308,6 +322,9 @@ class Probes:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        for fd in reversed(self.tp_fds):
+            os.close(fd)
+        self.tp_fds = []
         for ev_name, fd in reversed(self.probe_fds):
             self.lib.bpf_close_perf_event_fd(fd)
             self.lib.bpf_detach_kprobe(ev_name)   # a tracefs event, if one was made

@@ -38,23 +38,18 @@ from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402
 from pyroute2.netlink.generic import GenericNetlinkSocket  # noqa: E402
 
 from .abi import (  # noqa: E402
+    ATTR_TYPES,
     MMIOTNG_GENL_NAME,
     MMIOTNG_GENL_VERSION,
     MmiotngAttr,
     MmiotngCmd,
 )
 
-_TYPES = {
-    "MMIOTNG_A_UNSPEC": "none",
-    "MMIOTNG_A_MODE": "uint32",
-    "MMIOTNG_A_STAT_OWNER": "uint32",
-}
-
 
 class ngmsg(genlmsg):  # noqa: N801 (pyroute2's naming)
     """A message of the mmiotrace_ng family; attribute names are the C names."""
 
-    nla_map = tuple((a.name, _TYPES.get(a.name, "uint64")) for a in sorted(MmiotngAttr))
+    nla_map = tuple((a.name, ATTR_TYPES[a]) for a in sorted(MmiotngAttr))
 
 
 class HelperError(Exception):
@@ -75,6 +70,9 @@ class Status:
     singlestepped: int
     unknown: int
     owner: int
+    refused: int
+    retried: int
+    abi_version: int   # 0: a module older than the attribute
 
 
 class HelperSocket:
@@ -137,4 +135,5 @@ class HelperSocket:
             return int(msg.get_attr("MMIOTNG_A_STAT_" + name) or 0)
 
         return Status(get("ARMED_PAGES"), get("MAPPINGS"), get("FILTERS"), get("FAULTS"),
-                      get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"))
+                      get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"),
+                      get("REFUSED"), get("RETRIED"), get("ABI_VERSION"))

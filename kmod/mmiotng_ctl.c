@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * mmiotng: the session and its commands.
+ *
+ * One session at a time owns the helper: the generic-netlink socket that
+ * sent the first command (ng_session_claim), or the kernel's own mmiotrace
+ * (ng_kernel_tracer_start, from mmiotng_hooks.c).  Both claims go through
+ * one atomic state, so neither can slip in between the other's check and
+ * its start.  When the owning socket is released everything is disarmed.
+ *
+ * Locking in this file:
+ *  - Every function here except the kernel-tracer pair and ng_get_stats
+ *    runs in process context with ng_mutex held (netlink commands, socket
+ *    release, module exit).
+ *  - ng_state is changed with atomic_cmpxchg only; ng_owner under ng_mutex.
+ *  - The filter and mapping lists change under ng_mutex and ng_lock; a
+ *    filter is unlinked together with its mappings in one ng_lock section,
+ *    so an ioremap returning meanwhile (mmiotng_probes.c) no longer finds
+ *    it, and freed after synchronize_rcu() and ng_wait_steps().
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/atomic.h>
+#include <linux/io.h>
+#include <linux/mm.h>
+#include <linux/pci.h>
+#include <linux/rculist.h>
+#include <linux/slab.h>
+#include <linux/vmalloc.h>
+
+#include "mmiotng.h"
+
+DEFINE_MUTEX(ng_mutex);		/* see the locking rules in mmiotng.h */
+static atomic_t ng_state = ATOMIC_INIT(NG_IDLE);
+static u32 ng_owner;		/* netlink port id of the session; ng_mutex */
+
+/* ---- the session ---------------------------------------------------- */
+
+/*
+ * Make portid the owner.  -EBUSY if another socket owns the session,
+ * -EALREADY if the kernel's own mmiotrace runs.  ng_mutex held.
+ */
+int ng_session_claim(u32 portid)
+{
+	int old;
+
+	lockdep_assert_held(&ng_mutex);
+	old = atomic_cmpxchg(&ng_state, NG_IDLE, NG_TRACER);
+	if (old == NG_IDLE) {
+		ng_owner = portid;
+		return 0;
+	}
+	if (old == NG_TRACER)
+		return ng_owner == portid ? 0 : -EBUSY;
+	return -EALREADY;
+}
+
+/* End portid's session: disarm everything.  ng_mutex held. */
+bool ng_session_release(u32 portid)
+{
+	lockdep_assert_held(&ng_mutex);
+	if (atomic_read(&ng_state) != NG_TRACER || ng_owner != portid)
+		return false;
+	ng_disarm_all();
+	ng_owner = 0;
+	atomic_set(&ng_state, NG_IDLE);
+	return true;
+}
+
+u32 ng_session_owner(void)
+{
+	return atomic_read(&ng_state) == NG_TRACER ? READ_ONCE(ng_owner) : 0;
+}
+
+/* The kernel's mmiotrace starts: false if a session owns the helper. */
+bool ng_kernel_tracer_start(void)
+{
+	int old = atomic_cmpxchg(&ng_state, NG_IDLE, NG_KERNEL_TRACER);
+
+	return old == NG_IDLE || old == NG_KERNEL_TRACER;
+}
+
+void ng_kernel_tracer_stop(void)
+{
+	atomic_cmpxchg(&ng_state, NG_KERNEL_TRACER, NG_IDLE);
+}
+
+/* ---- filters -------------------------------------------------------- */
+
+/* Whether [start, start + size) lies inside one memory BAR or ROM of a PCI device. */
+static bool ng_in_pci_bar(phys_addr_t start, u64 size)
+{
+	phys_addr_t last = start + size - 1;
+	struct pci_dev *pdev = NULL;
+	int i;
+
+	for_each_pci_dev(pdev) {
+		for (i = 0; i <= PCI_ROM_RESOURCE; i++) {
+			const struct resource *r = &pdev->resource[i];
+
+			if (resource_type(r) != IORESOURCE_MEM || !resource_size(r) ||
+			    (r->flags & IORESOURCE_UNSET))
+				continue;
+			if (start >= r->start && last <= r->end) {
+				pci_dev_put(pdev);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+unsigned int ng_nr_filters(void)
+{
+	struct ng_filter *f;
+	unsigned int n = 0;
+
+	list_for_each_entry(f, &ng_filters, node)
+		n++;
+	return n;
+}
+
+int ng_filter_add(phys_addr_t start, u64 size)
+{
+	struct ng_filter *f;
+	unsigned long flags;
+
+	lockdep_assert_held(&ng_mutex);
+	if (!size || size > NG_MAX_FILTER_SIZE || start + size < start ||
+	    !PAGE_ALIGNED(start) || !PAGE_ALIGNED(size))
+		return -EINVAL;
+	/* device memory of a PCI device only: not RAM, not page 0, not the HPET */
+	if (!ng_in_pci_bar(start, size))
+		return -EINVAL;
+	if (ng_nr_filters() >= NG_MAX_FILTERS)
+		return -ENOSPC;
+	if (ng_overlaps_filter(start, size))
+		return -EEXIST;
+	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	if (!f)
+		return -ENOMEM;
+	f->start = start;
+	f->size = size;
+	f->shadow = ioremap(start, size);
+	if (!f->shadow) {
+		kfree(f);
+		return -ENOMEM;
+	}
+	raw_spin_lock_irqsave(&ng_lock, flags);
+	list_add_tail(&f->node, &ng_filters);
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	return 0;
+}
+
+/*
+ * Unlink filter @only (every filter if NULL) and its mappings in one
+ * ng_lock section, restoring their pages; free them once no CPU can be
+ * using them.  ng_mutex held.
+ */
+static void ng_teardown(struct ng_filter *only)
+{
+	struct ng_mapping *m, *mtmp;
+	struct ng_filter *f, *ftmp;
+	LIST_HEAD(dead_maps);
+	LIST_HEAD(dead_filters);
+	unsigned long flags;
+
+	raw_spin_lock_irqsave(&ng_lock, flags);
+	list_for_each_entry_safe(f, ftmp, &ng_filters, node) {
+		if (only && f != only)
+			continue;
+		list_del(&f->node);
+		list_add(&f->dead, &dead_filters);
+	}
+	list_for_each_entry_safe(m, mtmp, &ng_mappings, node) {
+		if (only && m->filter != only)
+			continue;
+		ng_mapping_disarm(m);
+		list_add(&m->dead, &dead_maps);
+	}
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	/* no CPU is emulating through them or stepping on them after this */
+	synchronize_rcu();
+	ng_wait_steps();
+	list_for_each_entry_safe(m, mtmp, &dead_maps, dead)
+		kfree(m);
+	list_for_each_entry_safe(f, ftmp, &dead_filters, dead) {
+		iounmap(f->shadow);
+		kfree(f);
+	}
+}
+
+int ng_filter_del(phys_addr_t start, u64 size)
+{
+	struct ng_filter *f;
+
+	lockdep_assert_held(&ng_mutex);
+	list_for_each_entry(f, &ng_filters, node) {
+		if (f->start == start && f->size == size) {
+			ng_teardown(f);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+void ng_disarm_all(void)
+{
+	lockdep_assert_held(&ng_mutex);
+	ng_teardown(NULL);
+	WRITE_ONCE(ng_mode, MMIOTNG_MODE_EMULATE);
+}
+
+/* ---- mappings made before the session ------------------------------- */
+
+/* Whether [virt, virt + size) overlaps a shadow: arming one would recurse. */
+static bool ng_is_shadow(unsigned long virt, u64 size)
+{
+	struct ng_filter *f;
+
+	list_for_each_entry(f, &ng_filters, node) {
+		unsigned long s = (unsigned long)f->shadow;
+
+		if (virt < s + f->size && s < virt + size)
+			return true;
+	}
+	return false;
+}
+
+/* Whether an armed mapping overlaps [base, base + len).  ng_lock held. */
+static bool ng_overlaps_mapping(unsigned long base, unsigned long len)
+{
+	struct ng_mapping *m;
+
+	list_for_each_entry(m, &ng_mappings, node) {
+		if (base < m->base + m->len && m->base < base + len)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Arm a mapping made before the session (found in /proc/vmallocinfo).
+ * Every entry must map the claimed physical range, inside a filter; an
+ * address being unmapped right now is refused with -EBUSY.
+ */
+int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
+{
+	struct ng_mapping *m;
+	struct ng_filter *f;
+	unsigned long flags;
+	int ret;
+
+	lockdep_assert_held(&ng_mutex);
+	if (!size || size > NG_MAX_FILTER_SIZE || virt + size < virt ||
+	    !is_vmalloc_addr((void *)virt) || !is_vmalloc_addr((void *)(virt + size - 1)) ||
+	    (virt & ~PAGE_MASK) != (phys & ~PAGE_MASK))
+		return -EINVAL;
+	f = ng_find_filter(phys, size);
+	if (!f)
+		return -ENOENT;
+	if (ng_is_shadow(virt, size))
+		return -EPERM;
+	m = ng_mapping_alloc(virt, phys, size, GFP_KERNEL, &ret);
+	if (!m)
+		return ret;
+	raw_spin_lock_irqsave(&ng_lock, flags);
+	if (ng_unmap_in_flight(m->base, m->len))
+		ret = -EBUSY;
+	else if (ng_overlaps_mapping(m->base, m->len))
+		ret = -EEXIST;
+	else
+		ret = ng_mapping_arm(m, f);
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	if (ret) {
+		kfree(m);
+		return ret;
+	}
+	ng_flush_all();
+	return 0;
+}
+
+/* ---- mode and counters ---------------------------------------------- */
+
+int ng_set_mode(u32 mode)
+{
+	if (mode != MMIOTNG_MODE_EMULATE && mode != MMIOTNG_MODE_SINGLESTEP)
+		return -EINVAL;
+	WRITE_ONCE(ng_mode, mode);
+	return 0;
+}
+
+unsigned int ng_nr_mappings(void)
+{
+	struct ng_mapping *m;
+	unsigned int n = 0;
+
+	rcu_read_lock();
+	list_for_each_entry_rcu(m, &ng_mappings, node)
+		n++;
+	rcu_read_unlock();
+	return n;
+}
+
+void ng_get_stats(struct ng_stats *sum)
+{
+	int cpu;
+
+	memset(sum, 0, sizeof(*sum));
+	for_each_possible_cpu(cpu) {
+		const struct ng_stats *s = per_cpu_ptr(&ng_stats, cpu);
+
+		sum->armed_pages += s->armed_pages;
+		sum->faults += s->faults;
+		sum->emulated += s->emulated;
+		sum->singlestepped += s->singlestepped;
+		sum->unknown += s->unknown;
+		sum->refused += s->refused;
+		sum->retried += s->retried;
+	}
+}

@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * mmiotng: the page fault on an armed page.
+ *
+ * An access to an armed page faults; the kernel's fault path reaches
+ * bad_area_nosemaphore(regs, error_code, address), the first function on
+ * that path that can be hooked.  An ftrace ops with IPMODIFY (as livepatch
+ * uses) sees every call: for a fault on an armed page it decodes the
+ * instruction, performs the access through the filter's shadow mapping
+ * (never armed), updates the registers, reports the access and sends the
+ * call to ng_fault_done(), which returns at once; for any other fault it
+ * changes nothing and bad_area_nosemaphore() runs as it would without the
+ * helper.  The original is never called through a pointer (no indirect
+ * call into kernel text, which IBT forbids), and an ftrace ops, unlike a
+ * kprobe, also runs while a kprobe handler is active on the CPU (a driver's
+ * kprobe or a BPF program whose code touches the device).
+ *
+ * Instructions the decoder does not know are single-stepped
+ * (mmiotng_step.c).
+ *
+ * Each access is reported through the tracepoint mmiotng_access
+ * (mmiotng_trace.h), where the BPF side attaches a raw tracepoint program.
+ *
+ * Locking in this file:
+ *  - ng_fault_ftrace() runs in the page-fault exception with interrupts
+ *    off, on every CPU at once, in any context the faulting code was in
+ *    (process, softirq, hardirq, NMI).  The emulation path takes no lock:
+ *    it finds the mapping under RCU and uses mapping and filter only
+ *    inside that read-side section (both are freed after a grace period).
+ *  - ng_mode is read with READ_ONCE; the control path writes it.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/ftrace.h>
+#include <linux/io.h>
+#include <linux/mm.h>
+#include <linux/uaccess.h>
+#include <asm/trap_pf.h>
+
+#include "mmiotng.h"
+#include "ng_decode.h"
+
+#define CREATE_TRACE_POINTS
+#include "mmiotng_trace.h"
+
+DEFINE_PER_CPU(struct ng_stats, ng_stats);
+unsigned int ng_mode = MMIOTNG_MODE_EMULATE;
+
+/* ---- recording ------------------------------------------------------ */
+
+void ng_report(const struct mmiotng_access *a)
+{
+	trace_mmiotng_access(a);
+}
+
+void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
+		    unsigned long addr, unsigned long ip,
+		    const u8 *bytes, unsigned int nbytes)
+{
+	memset(acc, 0, sizeof(*acc));
+	acc->map_virt = m->virt;
+	acc->phys = m->phys + (addr - m->virt);
+	acc->ip = ip;
+	acc->insn_len = min_t(unsigned int, nbytes, MMIOTNG_INSN_BYTES);
+	memcpy(acc->insn, bytes, acc->insn_len);
+}
+
+/* What the kernel's mmiotrace would print for this access. */
+void ng_fill_compat(struct mmiotng_access *acc, const u8 *bytes,
+		    unsigned int nbytes, const struct pt_regs *regs)
+{
+	u8 op, width;
+	u64 value;
+
+	ng_compat(bytes, nbytes, regs, &op, &width, &value);
+	acc->compat_op = op;
+	acc->compat_width = width;
+	acc->compat_value = value;
+}
+
+/* ---- emulation ------------------------------------------------------ */
+
+struct ng_emu_ctx {
+	struct pt_regs *regs;
+	const u8 *bytes;
+	unsigned int nbytes;
+	const struct ng_insn *insn;
+	/* a load waits for the registers it sets before it is reported */
+	bool pending;
+	struct mmiotng_access acc;
+};
+
+static bool ng_is_string(const struct ng_insn *insn)
+{
+	return insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS;
+}
+
+/* Translate addr of an armed mapping to the shadow; NULL if not MMIO. */
+static void __iomem *ng_shadow(unsigned long addr, unsigned int width,
+			       struct ng_mapping **mp)
+{
+	struct ng_mapping *m = ng_find_mapping(addr);
+	phys_addr_t phys;
+
+	if (!m)
+		return NULL;
+	phys = m->phys + (addr - m->virt);
+	if (phys < m->filter->start ||
+	    phys + width > m->filter->start + m->filter->size)
+		return NULL;
+	*mp = m;
+	return m->filter->shadow + (phys - m->filter->start);
+}
+
+/* The access itself, through the shadow; width is 1, 2, 4 or 8 (ng_emulate). */
+static u64 ng_io_read(void __iomem *io, unsigned int width)
+{
+	switch (width) {
+	case 1:
+		return readb(io);
+	case 2:
+		return readw(io);
+	case 4:
+		return readl(io);
+	default:
+		return readq(io);
+	}
+}
+
+static void ng_io_write(void __iomem *io, unsigned int width, u64 val)
+{
+	switch (width) {
+	case 1:
+		writeb(val, io);
+		break;
+	case 2:
+		writew(val, io);
+		break;
+	case 4:
+		writel(val, io);
+		break;
+	default:
+		writeq(val, io);
+		break;
+	}
+}
+
+static void ng_emit(struct ng_emu_ctx *c)
+{
+	ng_report(&c->acc);
+	c->pending = false;
+}
+
+/* Describe an access made through the shadow in c->acc. */
+static void ng_describe(struct ng_emu_ctx *c, struct ng_mapping *m,
+			unsigned long addr, u8 op, unsigned int width, u64 val)
+{
+	ng_fill_access(&c->acc, m, addr, c->regs->ip, c->bytes, c->nbytes);
+	c->acc.op = op;
+	c->acc.width = width;
+	c->acc.value = val;
+	if (ng_is_string(c->insn))
+		c->acc.flags |= MMIOTNG_F_REP;
+}
+
+static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *val)
+{
+	struct ng_emu_ctx *c = ctx;
+	struct ng_mapping *m;
+	void __iomem *io = ng_shadow(addr, width, &m);
+
+	if (c->pending)
+		ng_emit(c);
+	if (!io) {
+		/* the other operand of a movs: ordinary kernel memory */
+		if (addr < TASK_SIZE_MAX)
+			return -EFAULT;
+		*val = 0;
+		return copy_from_kernel_nofault(val, (void *)addr, width);
+	}
+	*val = ng_io_read(io, width);
+	ng_describe(c, m, addr, MMIOTNG_OP_READ, width, *val);
+	/*
+	 * String reads are unknown to the kernel's decoder whatever the
+	 * registers hold; a plain load is reported once its register is set.
+	 */
+	if (ng_is_string(c->insn)) {
+		ng_fill_compat(&c->acc, c->bytes, c->nbytes, c->regs);
+		ng_emit(c);
+	} else {
+		c->pending = true;
+	}
+	return 0;
+}
+
+static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 val)
+{
+	struct ng_emu_ctx *c = ctx;
+	struct ng_mapping *m;
+	void __iomem *io = ng_shadow(addr, width, &m);
+
+	if (c->pending)
+		ng_emit(c);
+	if (!io) {
+		/* the other operand of a movs or stos: kernel memory */
+		if (addr < TASK_SIZE_MAX)
+			return -EFAULT;
+		switch (width) {
+		case 1:
+			WRITE_ONCE(*(u8 *)addr, val);
+			break;
+		case 2:
+			WRITE_ONCE(*(u16 *)addr, val);
+			break;
+		case 4:
+			WRITE_ONCE(*(u32 *)addr, val);
+			break;
+		case 8:
+			WRITE_ONCE(*(u64 *)addr, val);
+			break;
+		default:
+			return -EINVAL;
+		}
+		return 0;
+	}
+	ng_describe(c, m, addr, MMIOTNG_OP_WRITE, width, val);
+	/* the kernel's tracer sees the registers as they are before the store */
+	ng_fill_compat(&c->acc, c->bytes, c->nbytes, c->regs);
+	ng_io_write(io, width, val);
+	ng_emit(c);
+	return 0;
+}
+
+static const struct ng_mem_ops ng_emu_ops = {
+	.read = ng_emu_read,
+	.write = ng_emu_write,
+};
+
+/* Elements of a rep string instruction emulated per fault (IRQs are off). */
+#define NG_REP_CHUNK	256
+
+/* Emulate the faulting instruction; false if it must be single-stepped. */
+static bool ng_emulate_fault(struct pt_regs *regs, unsigned long addr,
+			     const u8 *bytes, unsigned int nbytes,
+			     const struct ng_insn *insn)
+{
+	struct ng_emu_ctx c = {
+		.regs = regs, .bytes = bytes, .nbytes = nbytes, .insn = insn,
+	};
+	int ret;
+
+	ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c, NG_REP_CHUNK);
+	if (c.pending) {
+		/* the load is done and its register set: report it now */
+		ng_fill_compat(&c.acc, bytes, nbytes, regs);
+		ng_emit(&c);
+	}
+	/* a partial rep resumes when the instruction faults again */
+	return ret == 0 || ret == NG_EMU_PARTIAL;
+}
+
+/* ---- the fault ------------------------------------------------------ */
+
+static unsigned int ng_fetch_insn(unsigned long ip, u8 *buf)
+{
+	unsigned int n;
+
+	/* the instruction may end just before an unmapped page */
+	for (n = NG_COMPAT_MAX_BYTES; n > 0; n--)
+		if (!copy_from_kernel_nofault(buf, (void *)ip, n))
+			return n;
+	return 0;
+}
+
+/*
+ * A fault on an address no armed mapping covers.  If its page is present
+ * again (disarmed on another CPU since the access), the access only needs
+ * to be retried: not-present entries are never cached, so nothing else
+ * makes such a fault.  Otherwise it is not ours.
+ */
+static bool ng_fault_raced(unsigned long address)
+{
+	unsigned int level;
+	pte_t *ptep;
+
+	ptep = lookup_address(address, &level);
+	if (!ptep || !pte_present(*ptep))
+		return false;
+	this_cpu_inc(ng_stats.retried);
+	return true;
+}
+
+/* Handle a fault on an armed page; false: not ours, the kernel handles it. */
+static bool ng_fault(struct pt_regs *regs, unsigned long error_code,
+		     unsigned long address)
+{
+	u8 bytes[NG_COMPAT_MAX_BYTES];
+	struct ng_mapping *m;
+	struct ng_insn insn;
+	unsigned int nbytes;
+	bool decoded;
+
+	if (error_code & (X86_PF_PROT | X86_PF_USER | X86_PF_RSVD | X86_PF_INSTR |
+			  X86_PF_PK))
+		return false;
+	if (user_mode(regs) || !is_vmalloc_addr((void *)address))
+		return false;
+	rcu_read_lock();
+	m = ng_find_mapping(address);
+	if (!m) {
+		rcu_read_unlock();
+		return ng_fault_raced(address);
+	}
+	this_cpu_inc(ng_stats.faults);
+	if (ng_stepping(regs->ip)) {
+		/* the stepped instruction touches another armed page */
+		ng_step_more(m, address);
+		goto out;
+	}
+	nbytes = ng_fetch_insn(regs->ip, bytes);
+	decoded = nbytes && ng_decode(bytes, nbytes, &insn) == 0;
+	if (decoded && READ_ONCE(ng_mode) == MMIOTNG_MODE_EMULATE &&
+	    ng_emulate_fault(regs, address, bytes, nbytes, &insn)) {
+		this_cpu_inc(ng_stats.emulated);
+		goto out;
+	}
+	if (ng_stepping(0))	/* an NMI during a step: it joins the step */
+		ng_step_more(m, address);
+	else	/* the mapping stays valid: freeing waits for the debug trap */
+		ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
+out:
+	rcu_read_unlock();
+	return true;
+}
+
+/* Runs in place of bad_area_nosemaphore() for a fault that was handled. */
+static noinline void ng_fault_done(struct pt_regs *regs, unsigned long error_code,
+				   unsigned long address)
+{
+	barrier();
+}
+
+static void notrace ng_fault_ftrace(unsigned long ip, unsigned long parent_ip,
+				    struct ftrace_ops *op, struct ftrace_regs *fregs)
+{
+	struct pt_regs *kregs = ftrace_get_regs(fregs);
+	struct pt_regs *regs;
+
+	if (!kregs)
+		return;
+	regs = (struct pt_regs *)regs_get_kernel_argument(kregs, 0);
+	if (ng_fault(regs, regs_get_kernel_argument(kregs, 1),
+		     regs_get_kernel_argument(kregs, 2)))
+		instruction_pointer_set(kregs, (unsigned long)ng_fault_done);
+}
+
+static struct ftrace_ops ng_fault_ops = {
+	.func = ng_fault_ftrace,
+	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY,
+};
+
+#define NG_FAULT_FUNC	"bad_area_nosemaphore"
+
+int ng_fault_init(void)
+{
+	char name[] = NG_FAULT_FUNC;
+	int ret;
+
+	ret = ftrace_set_filter(&ng_fault_ops, name, strlen(name), 0);
+	if (ret) {
+		pr_err("cannot hook %s (ftrace): %d\n", NG_FAULT_FUNC, ret);
+		return ret;
+	}
+	ret = register_ftrace_function(&ng_fault_ops);
+	if (ret) {
+		pr_err("cannot hook %s (ftrace): %d\n", NG_FAULT_FUNC, ret);
+		ftrace_free_filter(&ng_fault_ops);
+	}
+	return ret;
+}
+
+/* After everything was disarmed: no fault can be ours any more. */
+void ng_fault_exit(void)
+{
+	unregister_ftrace_function(&ng_fault_ops);
+	ftrace_free_filter(&ng_fault_ops);
+	/* a CPU may still be in ng_fault_done(), interrupts off */
+	synchronize_rcu();
+}

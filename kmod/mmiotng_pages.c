@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * mmiotng: page-table entries and mappings.
+ *
+ * Arming a mapping clears the page-table entries of its pages (4K or 2M)
+ * and keeps them; every access then faults (mmiotng_fault.c).  Disarming
+ * writes the kept entries back.  Entries are changed with the page-table
+ * helpers (set_pte_atomic, set_pmd), as the kernel's kmmio does.
+ *
+ * Locking in this file:
+ *  - Every function that changes an entry, an ng_page or the mapping list
+ *    runs under ng_lock (raw spinlock, interrupts off): the ioremap and
+ *    iounmap probes, the control commands, the single-step path.
+ *  - A mapping is put on ng_mappings BEFORE its first entry is cleared and
+ *    taken off only AFTER its last entry is restored: a CPU that faults on
+ *    a cleared entry always finds the mapping (an ng_find_mapping() under
+ *    RCU in the fault path).  The list is RCU: the fault path reads it
+ *    locklessly; entries are freed after a grace period by the caller.
+ *  - ng_find_filter()/ng_overlaps_filter() read ng_filters: under ng_lock
+ *    or ng_mutex (writers hold both).
+ *  - Not-present entries are never cached by the TLB, so clearing needs a
+ *    flush on every CPU (ng_flush_*) and restoring needs none.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/mm.h>
+#include <linux/rculist.h>
+#include <linux/slab.h>
+#include <linux/smp.h>
+#include <linux/irq_work.h>
+#include <linux/workqueue.h>
+#include <asm/tlbflush.h>
+#include <asm/pgtable.h>
+
+#include "mmiotng.h"
+
+DEFINE_RAW_SPINLOCK(ng_lock);
+LIST_HEAD(ng_filters);
+LIST_HEAD(ng_mappings);
+
+static void ng_flush_one_cpu(void *unused)
+{
+	__flush_tlb_all();
+}
+
+/* Flush every CPU's TLB; process context, interrupts on. */
+void ng_flush_all(void)
+{
+	on_each_cpu(ng_flush_one_cpu, NULL, 1);
+}
+
+static void ng_flush_workfn(struct work_struct *w)
+{
+	ng_flush_all();
+}
+
+static DECLARE_WORK(ng_flush_work, ng_flush_workfn);
+
+static void ng_flush_irq_work(struct irq_work *w)
+{
+	schedule_work(&ng_flush_work);
+}
+
+static DEFINE_IRQ_WORK(ng_flush_iw, ng_flush_irq_work);
+
+/* Flush every CPU as soon as possible; any context, NMI included. */
+void ng_flush_soon(void)
+{
+	irq_work_queue(&ng_flush_iw);
+}
+
+/* Wait for the flushes ng_flush_soon() queued (module exit). */
+void ng_flush_sync(void)
+{
+	irq_work_sync(&ng_flush_iw);
+	flush_work(&ng_flush_work);
+}
+
+static unsigned long ng_level_size(unsigned int level)
+{
+	return level == PG_LEVEL_2M ? PMD_SIZE : PAGE_SIZE;
+}
+
+static void ng_set_entry(struct ng_page *pg, pteval_t val)
+{
+	if (pg->level == PG_LEVEL_2M)
+		set_pmd((pmd_t *)pg->ptep, __pmd(val));
+	else
+		set_pte_atomic(pg->ptep, __pte(val));
+}
+
+/* Make one page (4K or 2M) not-present, keeping its entry.  ng_lock held. */
+void ng_page_arm(struct ng_page *pg)
+{
+	if (pg->armed)
+		return;
+	pg->saved = pte_val(READ_ONCE(*pg->ptep));
+	ng_set_entry(pg, 0);
+	pg->armed = true;
+}
+
+/* Put the saved entry back.  ng_lock held. */
+void ng_page_disarm(struct ng_page *pg)
+{
+	if (!pg->armed)
+		return;
+	ng_set_entry(pg, pg->saved);
+	pg->armed = false;
+}
+
+/* The frame an entry of this level maps (the PAT bit of a 2M entry excluded). */
+static unsigned long ng_entry_pfn(pte_t *ptep, unsigned int level)
+{
+	if (level == PG_LEVEL_2M)
+		return pmd_pfn(*(pmd_t *)ptep);
+	return pte_pfn(*ptep);
+}
+
+/*
+ * Describe the pages of [base, base + len): every one must be present at
+ * the 4K or 2M level and map the physical range the mapping claims.
+ * ng_lock held; no entry is changed.
+ */
+static int ng_collect_pages(struct ng_mapping *m)
+{
+	unsigned long addr = m->base, end = m->base + m->len;
+	phys_addr_t phys_base = m->phys & PAGE_MASK;
+	unsigned int n = 0, level;
+	pte_t *ptep;
+
+	while (addr < end) {
+		if (n >= m->npages)
+			return -E2BIG;
+		ptep = lookup_address(addr, &level);
+		if (!ptep || !pte_present(*ptep))
+			return -EFAULT;
+		if (level != PG_LEVEL_4K && level != PG_LEVEL_2M)
+			return -EOPNOTSUPP;
+		if (level == PG_LEVEL_2M && !IS_ALIGNED(addr, PMD_SIZE))
+			return -EOPNOTSUPP;
+		if (ng_entry_pfn(ptep, level) != PHYS_PFN(phys_base + (addr - m->base)))
+			return -EINVAL;
+		m->pages[n].ptep = ptep;
+		m->pages[n].addr = addr;
+		m->pages[n].level = level;
+		m->pages[n].armed = false;
+		m->pages[n].steppers = 0;
+		addr += ng_level_size(level);
+		n++;
+	}
+	m->npages = n;
+	return 0;
+}
+
+struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr)
+{
+	unsigned int i;
+
+	for (i = 0; i < m->npages; i++) {
+		struct ng_page *pg = &m->pages[i];
+
+		if (addr >= pg->addr && addr < pg->addr + ng_level_size(pg->level))
+			return pg;
+	}
+	return NULL;
+}
+
+/* The mapping that covers addr, under rcu_read_lock or ng_lock. */
+struct ng_mapping *ng_find_mapping(unsigned long addr)
+{
+	struct ng_mapping *m;
+
+	list_for_each_entry_rcu(m, &ng_mappings, node, lockdep_is_held(&ng_lock)) {
+		if (addr >= m->base && addr < m->base + m->len)
+			return m;
+	}
+	return NULL;
+}
+
+/* The filter that contains [phys, phys + size).  ng_lock or ng_mutex. */
+struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size)
+{
+	struct ng_filter *f;
+
+	list_for_each_entry(f, &ng_filters, node) {
+		if (phys >= f->start && phys - f->start < f->size &&
+		    size <= f->size - (phys - f->start))
+			return f;
+	}
+	return NULL;
+}
+
+bool ng_overlaps_filter(phys_addr_t phys, unsigned long size)
+{
+	struct ng_filter *f;
+
+	list_for_each_entry(f, &ng_filters, node) {
+		if (phys < f->start + f->size && f->start < phys + size)
+			return true;
+	}
+	return false;
+}
+
+/* Entries (4K or 2M) that map [base, base + len), or a negative errno. */
+static long ng_count_pages(unsigned long base, unsigned long len)
+{
+	unsigned long addr = base;
+	unsigned int level;
+	long n = 0;
+	pte_t *ptep;
+
+	while (addr < base + len) {
+		ptep = lookup_address(addr, &level);
+		if (!ptep || !pte_present(*ptep))
+			return -EFAULT;
+		if (level != PG_LEVEL_4K && level != PG_LEVEL_2M)
+			return -EOPNOTSUPP;
+		addr = ALIGN_DOWN(addr, ng_level_size(level)) + ng_level_size(level);
+		n++;
+	}
+	return n;
+}
+
+struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
+				    unsigned long size, gfp_t gfp, int *err)
+{
+	unsigned long base = virt & PAGE_MASK;
+	unsigned long len = PAGE_ALIGN((virt & ~PAGE_MASK) + size);
+	struct ng_mapping *m;
+	long npages = ng_count_pages(base, len);
+
+	if (npages < 0) {
+		*err = npages;
+		return NULL;
+	}
+	m = kzalloc(struct_size(m, pages, npages), gfp);
+	if (!m) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	m->virt = virt;
+	m->phys = phys;
+	m->size = size;
+	m->base = base;
+	m->len = len;
+	m->npages = npages;
+	return m;
+}
+
+/*
+ * Arm a mapping of filter f: findable first, then not-present.  ng_lock
+ * held; interrupts are off, so the caller flushes the TLBs afterwards.
+ */
+int ng_mapping_arm(struct ng_mapping *m, struct ng_filter *f)
+{
+	unsigned int i;
+	int ret;
+
+	ret = ng_collect_pages(m);
+	if (ret)
+		return ret;
+	m->filter = f;
+	m->live = true;
+	list_add_tail_rcu(&m->node, &ng_mappings);
+	for (i = 0; i < m->npages; i++)
+		ng_page_arm(&m->pages[i]);
+	this_cpu_add(ng_stats.armed_pages, m->npages);
+	return 0;
+}
+
+/* Restore a mapping's pages, then unlink it.  ng_lock held. */
+void ng_mapping_disarm(struct ng_mapping *m)
+{
+	unsigned int i;
+
+	m->live = false;
+	for (i = 0; i < m->npages; i++)
+		ng_page_disarm(&m->pages[i]);
+	list_del_rcu(&m->node);
+	this_cpu_sub(ng_stats.armed_pages, m->npages);
+}

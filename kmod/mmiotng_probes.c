@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * mmiotng: the ioremap and iounmap probes.
+ *
+ * - A kretprobe on __ioremap_caller() arms every new mapping of a filtered
+ *   range before ioremap returns it to the driver.
+ * - A kprobe at iounmap() entry restores the pages of an armed mapping
+ *   before vunmap clears them, and marks the address as being unmapped; a
+ *   kretprobe on iounmap() clears the mark when the unmap is complete.
+ *   ARM_EXISTING refuses an address with a mark: between iounmap's entry
+ *   and the end of vunmap the entries it would save are about to be freed,
+ *   and writing them back later would corrupt the page table.
+ *
+ * Locking in this file:
+ *  - The handlers run in probe context (preemption off), on any CPU at
+ *    once; they never sleep and never print.  They take ng_lock (irqsave)
+ *    for every look at the filter and mapping lists and the marks.
+ *  - A mark that the kretprobe misses (no free instance) stays: that only
+ *    refuses ARM_EXISTING at that address, it never lets an arm through.
+ *    Marks that do not fit in the table are counted in ng_unmap_overflow,
+ *    which refuses every ARM_EXISTING while it is not zero.
+ *  - The mapping an iounmap disarms is freed after an RCU grace period
+ *    (call_rcu): the fault path may still be looking at it.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/kprobes.h>
+#include <linux/slab.h>
+#include <linux/mm.h>
+#include <linux/cpumask.h>
+
+#include "mmiotng.h"
+
+#define NG_UNMAP_SLOTS		32
+
+static unsigned long ng_unmap_slot[NG_UNMAP_SLOTS];	/* ng_lock */
+static unsigned int ng_unmap_overflow;			/* ng_lock */
+
+/*
+ * Whether a page of [base, base + len) may be being unmapped.  The probe
+ * does not know the length of the area an iounmap frees: a mark covers
+ * the largest mapping the helper arms.  ng_lock held.
+ */
+bool ng_unmap_in_flight(unsigned long base, unsigned long len)
+{
+	unsigned int i;
+
+	lockdep_assert_held(&ng_lock);
+	if (ng_unmap_overflow)
+		return true;
+	for (i = 0; i < NG_UNMAP_SLOTS; i++) {
+		unsigned long a = ng_unmap_slot[i];
+
+		if (a && a < base + len && a + NG_MAX_FILTER_SIZE > base)
+			return true;
+	}
+	return false;
+}
+
+static void ng_unmap_mark(unsigned long base)
+{
+	unsigned int i;
+
+	for (i = 0; i < NG_UNMAP_SLOTS; i++) {
+		if (!ng_unmap_slot[i]) {
+			ng_unmap_slot[i] = base;
+			return;
+		}
+	}
+	ng_unmap_overflow++;
+}
+
+static void ng_unmap_unmark(unsigned long base)
+{
+	unsigned int i;
+
+	for (i = 0; i < NG_UNMAP_SLOTS; i++) {
+		if (ng_unmap_slot[i] == base) {
+			ng_unmap_slot[i] = 0;
+			return;
+		}
+	}
+	if (ng_unmap_overflow)
+		ng_unmap_overflow--;
+}
+
+/* ---- ioremap ------------------------------------------------------- */
+
+struct ng_ioremap_args {
+	phys_addr_t phys;
+	unsigned long size;
+};
+
+static int ng_ioremap_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct ng_ioremap_args *a = (void *)ri->data;
+
+	a->phys = regs_get_kernel_argument(regs, 0);
+	a->size = regs_get_kernel_argument(regs, 1);
+	return 0;
+}
+
+/* The filter a new mapping of [phys, phys + size) belongs to, if any. */
+static bool ng_wanted(phys_addr_t phys, unsigned long size)
+{
+	unsigned long flags;
+	bool wanted;
+
+	raw_spin_lock_irqsave(&ng_lock, flags);
+	wanted = ng_find_filter(phys, size);
+	if (!wanted && ng_overlaps_filter(phys, size))
+		this_cpu_inc(ng_stats.refused);
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	return wanted;
+}
+
+/*
+ * __ioremap_caller() returned: arm the new mapping before the driver can
+ * use it.  Probe context, preemption off: GFP_ATOMIC, nothing printed.
+ */
+static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct ng_ioremap_args *a = (void *)ri->data;
+	unsigned long virt = regs_return_value(regs);
+	struct ng_mapping *m;
+	struct ng_filter *f;
+	unsigned long flags;
+	int ret = -ENOENT;
+
+	if (!virt || list_empty(&ng_filters) || !ng_wanted(a->phys, a->size))
+		return 0;
+	/* allocated outside ng_lock: a raw spinlock is no place for it */
+	m = ng_mapping_alloc(virt, a->phys, a->size, GFP_ATOMIC, &ret);
+	raw_spin_lock_irqsave(&ng_lock, flags);
+	f = ng_find_filter(a->phys, a->size);	/* it may have gone meanwhile */
+	if (m && f)
+		ret = ng_mapping_arm(m, f);
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	if (!m || !f || ret) {
+		kfree(m);
+		if (f)
+			this_cpu_inc(ng_stats.refused);
+		return 0;
+	}
+	if (irqs_disabled())
+		ng_flush_soon();
+	else
+		ng_flush_all();
+	return 0;
+}
+
+static struct kretprobe ng_ioremap_probe = {
+	.kp.symbol_name = "__ioremap_caller",
+	.entry_handler = ng_ioremap_entry,
+	.handler = ng_ioremap_ret,
+	.data_size = sizeof(struct ng_ioremap_args),
+};
+
+/* ---- iounmap ------------------------------------------------------- */
+
+static void ng_free_rcu(struct rcu_head *head)
+{
+	kfree(container_of(head, struct ng_mapping, rcu));
+}
+
+/* iounmap() entry: put the pages back before the area is freed. */
+static int ng_iounmap_pre(struct kprobe *p, struct pt_regs *regs)
+{
+	unsigned long base = regs_get_kernel_argument(regs, 0) & PAGE_MASK;
+	struct ng_mapping *m;
+	unsigned long flags;
+
+	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_unmap_mark(base);
+	m = ng_find_mapping(base);
+	if (m && m->base == base)
+		ng_mapping_disarm(m);
+	else
+		m = NULL;
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	if (m)
+		call_rcu(&m->rcu, ng_free_rcu);
+	return 0;
+}
+
+static struct kprobe ng_iounmap_probe = {
+	.symbol_name = "iounmap",
+	.pre_handler = ng_iounmap_pre,
+};
+
+static int ng_iounmap_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	*(unsigned long *)ri->data = regs_get_kernel_argument(regs, 0) & PAGE_MASK;
+	return 0;
+}
+
+/* iounmap() returned: the entries are gone, the mark can go. */
+static int ng_iounmap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	unsigned long flags;
+
+	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_unmap_unmark(*(unsigned long *)ri->data);
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	return 0;
+}
+
+static struct kretprobe ng_iounmap_done_probe = {
+	.kp.symbol_name = "iounmap",
+	.entry_handler = ng_iounmap_entry,
+	.handler = ng_iounmap_ret,
+	.data_size = sizeof(unsigned long),
+};
+
+int ng_probes_init(void)
+{
+	int maxactive = max_t(int, 64, 4 * num_possible_cpus());
+	int ret;
+
+	ng_ioremap_probe.maxactive = maxactive;
+	ng_iounmap_done_probe.maxactive = maxactive;
+	ret = register_kprobe(&ng_iounmap_probe);
+	if (ret) {
+		pr_err("cannot probe iounmap: %d\n", ret);
+		return ret;
+	}
+	ret = register_kretprobe(&ng_iounmap_done_probe);
+	if (ret) {
+		pr_err("cannot probe the return of iounmap: %d\n", ret);
+		goto err_unmap;
+	}
+	ret = register_kretprobe(&ng_ioremap_probe);
+	if (ret) {
+		pr_err("cannot probe %s: %d\n", ng_ioremap_probe.kp.symbol_name, ret);
+		goto err_done;
+	}
+	return 0;
+
+err_done:
+	unregister_kretprobe(&ng_iounmap_done_probe);
+err_unmap:
+	unregister_kprobe(&ng_iounmap_probe);
+	return ret;
+}
+
+/* After everything was disarmed (ng_disarm_all). */
+void ng_probes_exit(void)
+{
+	unregister_kretprobe(&ng_ioremap_probe);
+	unregister_kretprobe(&ng_iounmap_done_probe);
+	unregister_kprobe(&ng_iounmap_probe);
+}
