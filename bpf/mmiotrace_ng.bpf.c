@@ -237,6 +237,9 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	r = ng_reserve(sizeof(*r), NG_REC_ACCESS);
 	if (!r)
 		return 0;
+	/* a single-stepped access is reported a little after it happened */
+	if (acc.ts_ns)
+		r->hdr.ts_ns = acc.ts_ns;
 	map_id = map_ids.lookup(&acc.map_virt);
 	r->map_id = map_id ? *map_id : -1;
 	r->phys = acc.phys;

@@ -36,6 +36,7 @@
 #include <linux/spinlock.h>
 #include <linux/rcupdate.h>
 #include <linux/percpu.h>
+#include <linux/smp.h>
 #include <asm/pgtable_types.h>
 
 #include "mmiotng_abi.h"
@@ -94,6 +95,37 @@ DECLARE_PER_CPU(struct ng_stats, ng_stats);
 
 extern struct mutex ng_mutex;
 extern raw_spinlock_t ng_lock;
+extern int ng_lock_cpu;
+
+/*
+ * ng_lock, with the CPU that holds it recorded: an NMI that must single-step
+ * on a CPU that holds it cannot take it (mmiotng_step.c).
+ */
+static inline void ng_lock_irqsave(unsigned long *flags)
+{
+	raw_spin_lock_irqsave(&ng_lock, *flags);
+	WRITE_ONCE(ng_lock_cpu, raw_smp_processor_id());
+}
+
+static inline void ng_unlock_irqrestore(unsigned long flags)
+{
+	WRITE_ONCE(ng_lock_cpu, -1);
+	raw_spin_unlock_irqrestore(&ng_lock, flags);
+}
+
+/* The same with interrupts already off (fault path, debug trap). */
+static inline void ng_lock_irqs_off(void)
+{
+	raw_spin_lock(&ng_lock);
+	WRITE_ONCE(ng_lock_cpu, raw_smp_processor_id());
+}
+
+static inline void ng_unlock_irqs_off(void)
+{
+	WRITE_ONCE(ng_lock_cpu, -1);
+	raw_spin_unlock(&ng_lock);
+}
+
 extern struct list_head ng_filters;
 extern struct list_head ng_mappings;
 extern unsigned int ng_mode;
@@ -101,6 +133,7 @@ extern unsigned int ng_mode;
 /* mmiotng_pages.c */
 void ng_flush_all(void);
 void ng_flush_soon(void);
+void ng_flush_init(void);
 void ng_flush_sync(void);
 struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
 				    unsigned long size, gfp_t gfp, int *err);
@@ -110,6 +143,8 @@ struct ng_mapping *ng_find_mapping(unsigned long addr);
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr);
 void ng_page_arm(struct ng_page *pg);
 void ng_page_disarm(struct ng_page *pg);
+void ng_page_present(struct ng_page *pg);
+void ng_page_absent(struct ng_page *pg);
 struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size);
 bool ng_overlaps_filter(phys_addr_t phys, unsigned long size);
 
@@ -120,6 +155,7 @@ void ng_probes_exit(void);
 
 /* mmiotng_fault.c */
 void ng_report(const struct mmiotng_access *a);
+void __iomem *ng_shadow_addr(unsigned long addr, unsigned int width);
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 		    unsigned long addr, unsigned long ip,
 		    const u8 *bytes, unsigned int nbytes);
@@ -135,6 +171,7 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 		   unsigned long addr, const u8 *bytes, unsigned int nbytes,
 		   const struct ng_insn *insn, bool decoded);
 void ng_step_more(struct ng_mapping *m, unsigned long addr);
+void ng_step_report(void);
 void ng_wait_steps(void);
 int ng_step_init(void);
 void ng_step_exit(void);

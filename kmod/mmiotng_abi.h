@@ -51,6 +51,7 @@ struct mmiotng_access {
 	__u8 flags;		/* MMIOTNG_F_* */
 	__u8 pad[2];
 	__u8 insn[MMIOTNG_INSN_BYTES];	/* first bytes of the instruction */
+	__u64 ts_ns;		/* when it happened (ktime_get_mono_fast_ns), 0: now */
 };
 
 /* Generic netlink */

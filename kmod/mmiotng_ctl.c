@@ -147,9 +147,9 @@ int ng_filter_add(phys_addr_t start, u64 size)
 		kfree(f);
 		return -ENOMEM;
 	}
-	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_lock_irqsave(&flags);
 	list_add_tail(&f->node, &ng_filters);
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	ng_unlock_irqrestore(flags);
 	return 0;
 }
 
@@ -166,7 +166,7 @@ static void ng_teardown(struct ng_filter *only)
 	LIST_HEAD(dead_filters);
 	unsigned long flags;
 
-	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_lock_irqsave(&flags);
 	list_for_each_entry_safe(f, ftmp, &ng_filters, node) {
 		if (only && f != only)
 			continue;
@@ -179,7 +179,7 @@ static void ng_teardown(struct ng_filter *only)
 		ng_mapping_disarm(m);
 		list_add(&m->dead, &dead_maps);
 	}
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	ng_unlock_irqrestore(flags);
 	/* no CPU is emulating through them or stepping on them after this */
 	synchronize_rcu();
 	ng_wait_steps();
@@ -265,14 +265,14 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 	m = ng_mapping_alloc(virt, phys, size, GFP_KERNEL, &ret);
 	if (!m)
 		return ret;
-	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_lock_irqsave(&flags);
 	if (ng_unmap_in_flight(m->base, m->len))
 		ret = -EBUSY;
 	else if (ng_overlaps_mapping(m->base, m->len))
 		ret = -EEXIST;
 	else
 		ret = ng_mapping_arm(m, f);
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	ng_unlock_irqrestore(flags);
 	if (ret) {
 		kfree(m);
 		return ret;

@@ -34,7 +34,10 @@
 
 #include <linux/ftrace.h>
 #include <linux/io.h>
+#include <linux/delay.h>
 #include <linux/mm.h>
+#include <linux/pagemap.h>
+#include <linux/sched.h>
 #include <linux/uaccess.h>
 #include <asm/trap_pf.h>
 
@@ -88,6 +91,10 @@ struct ng_emu_ctx {
 	const struct ng_insn *insn;
 	/* a load waits for the registers it sets before it is reported */
 	bool pending;
+	/* a user page the instruction needs is not there (ng_fault_user) */
+	unsigned long user_addr;
+	unsigned int user_len;
+	bool user_write;
 	struct mmiotng_access acc;
 };
 
@@ -111,6 +118,14 @@ static void __iomem *ng_shadow(unsigned long addr, unsigned int width,
 		return NULL;
 	*mp = m;
 	return m->filter->shadow + (phys - m->filter->start);
+}
+
+/* The shadow address of [addr, addr + width), under RCU; NULL if not MMIO. */
+void __iomem *ng_shadow_addr(unsigned long addr, unsigned int width)
+{
+	struct ng_mapping *m;
+
+	return ng_shadow(addr, width, &m);
 }
 
 /* The access itself, through the shadow; width is 1, 2, 4 or 8 (ng_emulate). */
@@ -164,20 +179,54 @@ static void ng_describe(struct ng_emu_ctx *c, struct ng_mapping *m,
 		c->acc.flags |= MMIOTNG_F_REP;
 }
 
+/* A user page that is not there: remember it for ng_fault_user(). */
+static int ng_user_missing(struct ng_emu_ctx *c, unsigned long addr,
+			   unsigned int width, bool write)
+{
+	c->user_addr = addr;
+	c->user_len = width;
+	c->user_write = write;
+	return -EFAULT;
+}
+
+/*
+ * The user side of a movs (copy_to_user from a BAR, rep movsb with ERMS):
+ * whether its destination can be written without a fault, tested before
+ * the element is read from the device, so that no element is read twice.
+ * The bytes are written back as they were.
+ */
+static int ng_user_writable(struct ng_emu_ctx *c, unsigned long addr, unsigned int width)
+{
+	u64 old;
+
+	if (copy_from_user_nofault(&old, (const void __user *)addr, width) ||
+	    copy_to_user_nofault((void __user *)addr, &old, width))
+		return ng_user_missing(c, addr, width, true);
+	return 0;
+}
+
 static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *val)
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m;
 	void __iomem *io = ng_shadow(addr, width, &m);
+	int ret;
 
 	if (c->pending)
 		ng_emit(c);
+	*val = 0;
 	if (!io) {
-		/* the other operand of a movs: ordinary kernel memory */
-		if (addr < TASK_SIZE_MAX)
-			return -EFAULT;
-		*val = 0;
-		return copy_from_kernel_nofault(val, (void *)addr, width);
+		/* the other operand of a movs: kernel or user memory */
+		if (addr >= TASK_SIZE_MAX)
+			return copy_from_kernel_nofault(val, (void *)addr, width);
+		if (copy_from_user_nofault(val, (const void __user *)addr, width))
+			return ng_user_missing(c, addr, width, false);
+		return 0;
+	}
+	if (c->insn->kind == NG_KIND_MOVS && c->regs->di < TASK_SIZE_MAX) {
+		ret = ng_user_writable(c, c->regs->di, width);
+		if (ret)
+			return ret;
 	}
 	*val = ng_io_read(io, width);
 	ng_describe(c, m, addr, MMIOTNG_OP_READ, width, *val);
@@ -203,9 +252,12 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 	if (c->pending)
 		ng_emit(c);
 	if (!io) {
-		/* the other operand of a movs or stos: kernel memory */
-		if (addr < TASK_SIZE_MAX)
-			return -EFAULT;
+		/* the other operand of a movs: kernel or user memory */
+		if (addr < TASK_SIZE_MAX) {
+			if (copy_to_user_nofault((void __user *)addr, &val, width))
+				return ng_user_missing(c, addr, width, true);
+			return 0;
+		}
 		switch (width) {
 		case 1:
 			WRITE_ONCE(*(u8 *)addr, val);
@@ -240,14 +292,33 @@ static const struct ng_mem_ops ng_emu_ops = {
 /* Elements of a rep string instruction emulated per fault (IRQs are off). */
 #define NG_REP_CHUNK	256
 
-/* Emulate the faulting instruction; false if it must be single-stepped. */
-static bool ng_emulate_fault(struct pt_regs *regs, unsigned long addr,
-			     const u8 *bytes, unsigned int nbytes,
-			     const struct ng_insn *insn)
+enum ng_emu_result { NG_EMULATED, NG_MUST_STEP, NG_NEEDS_USER_PAGE };
+
+/*
+ * A user page an instruction needs, to be faulted in by ng_fault_user()
+ * (this CPU, interrupts off until it runs).
+ */
+struct ng_user_page {
+	unsigned long addr;
+	unsigned int len;
+	bool write;
+	/* the fault-in failed: step this task's instruction at ip next time */
+	struct task_struct *step_task;
+	unsigned long step_ip;
+};
+
+static DEFINE_PER_CPU(struct ng_user_page, ng_user_page);
+static atomic_t ng_user_inflight = ATOMIC_INIT(0);
+
+/* Emulate the faulting instruction. */
+static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, unsigned long addr,
+					   const u8 *bytes, unsigned int nbytes,
+					   const struct ng_insn *insn)
 {
 	struct ng_emu_ctx c = {
 		.regs = regs, .bytes = bytes, .nbytes = nbytes, .insn = insn,
 	};
+	struct ng_user_page *u;
 	int ret;
 
 	ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c, NG_REP_CHUNK);
@@ -257,7 +328,38 @@ static bool ng_emulate_fault(struct pt_regs *regs, unsigned long addr,
 		ng_emit(&c);
 	}
 	/* a partial rep resumes when the instruction faults again */
-	return ret == 0 || ret == NG_EMU_PARTIAL;
+	if (ret == 0 || ret == NG_EMU_PARTIAL)
+		return NG_EMULATED;
+	if (!c.user_len)
+		return NG_MUST_STEP;
+	/* the elements done so far stay done: registers say where it stopped */
+	u = this_cpu_ptr(&ng_user_page);
+	u->addr = c.user_addr;
+	u->len = c.user_len;
+	u->write = c.user_write;
+	return NG_NEEDS_USER_PAGE;
+}
+
+/*
+ * Whether the faulting code may sleep, as the kernel's own user fault
+ * handling would in its place: interrupts were on, nothing atomic, page
+ * faults allowed, a user address space.  Before any lock is taken.
+ */
+static bool ng_may_fault_in(const struct pt_regs *regs)
+{
+	return (regs->flags & X86_EFLAGS_IF) && !preempt_count() &&
+	       !pagefault_disabled() && current->mm;
+}
+
+/* The fault-in for this task's instruction failed before: step it now. */
+static bool ng_step_forced(const struct pt_regs *regs)
+{
+	struct ng_user_page *u = this_cpu_ptr(&ng_user_page);
+
+	if (u->step_task != current || u->step_ip != regs->ip)
+		return false;
+	u->step_task = NULL;
+	return true;
 }
 
 /* ---- the fault ------------------------------------------------------ */
@@ -291,26 +393,32 @@ static bool ng_fault_raced(unsigned long address)
 	return true;
 }
 
-/* Handle a fault on an armed page; false: not ours, the kernel handles it. */
-static bool ng_fault(struct pt_regs *regs, unsigned long error_code,
-		     unsigned long address)
+enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
+
+/* Handle a fault on an armed page. */
+static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_code,
+				     unsigned long address)
 {
+	enum ng_fault_result res = NG_HANDLED;
 	u8 bytes[NG_COMPAT_MAX_BYTES];
+	enum ng_emu_result emu;
 	struct ng_mapping *m;
 	struct ng_insn insn;
 	unsigned int nbytes;
-	bool decoded;
+	bool decoded, may_sleep;
 
 	if (error_code & (X86_PF_PROT | X86_PF_USER | X86_PF_RSVD | X86_PF_INSTR |
 			  X86_PF_PK))
-		return false;
+		return NG_NOT_OURS;
 	if (user_mode(regs) || !is_vmalloc_addr((void *)address))
-		return false;
+		return NG_NOT_OURS;
+	ng_step_report();	/* a step's access before this one */
+	may_sleep = ng_may_fault_in(regs);
 	rcu_read_lock();
 	m = ng_find_mapping(address);
 	if (!m) {
 		rcu_read_unlock();
-		return ng_fault_raced(address);
+		return ng_fault_raced(address) ? NG_HANDLED : NG_NOT_OURS;
 	}
 	this_cpu_inc(ng_stats.faults);
 	if (ng_stepping(regs->ip)) {
@@ -320,10 +428,18 @@ static bool ng_fault(struct pt_regs *regs, unsigned long error_code,
 	}
 	nbytes = ng_fetch_insn(regs->ip, bytes);
 	decoded = nbytes && ng_decode(bytes, nbytes, &insn) == 0;
-	if (decoded && READ_ONCE(ng_mode) == MMIOTNG_MODE_EMULATE &&
-	    ng_emulate_fault(regs, address, bytes, nbytes, &insn)) {
-		this_cpu_inc(ng_stats.emulated);
-		goto out;
+	if (decoded && READ_ONCE(ng_mode) == MMIOTNG_MODE_EMULATE && !ng_step_forced(regs)) {
+		emu = ng_emulate_fault(regs, address, bytes, nbytes, &insn);
+		if (emu == NG_EMULATED) {
+			this_cpu_inc(ng_stats.emulated);
+			goto out;
+		}
+		if (emu == NG_NEEDS_USER_PAGE && may_sleep) {
+			/* ng_fault_user() runs next, on this CPU */
+			atomic_inc(&ng_user_inflight);
+			res = NG_FAULT_IN_USER;
+			goto out;
+		}
 	}
 	if (ng_stepping(0))	/* an NMI during a step: it joins the step */
 		ng_step_more(m, address);
@@ -331,7 +447,7 @@ static bool ng_fault(struct pt_regs *regs, unsigned long error_code,
 		ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
 out:
 	rcu_read_unlock();
-	return true;
+	return res;
 }
 
 /* Runs in place of bad_area_nosemaphore() for a fault that was handled. */
@@ -339,6 +455,35 @@ static noinline void ng_fault_done(struct pt_regs *regs, unsigned long error_cod
 				   unsigned long address)
 {
 	barrier();
+}
+
+/*
+ * Runs in place of bad_area_nosemaphore() when a string instruction
+ * between a traced BAR and user memory found the user page missing: fault
+ * it in as the kernel's own fault handler would (interrupts on, may sleep;
+ * the faulting code could), then let the instruction run again, which
+ * faults on the BAR again and is emulated from where it stopped.  If the
+ * fault-in fails (a bad user address), the instruction is single-stepped
+ * next time so that the kernel's uaccess fixup handles it.
+ */
+static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_code,
+				   unsigned long address)
+{
+	struct ng_user_page *u = this_cpu_ptr(&ng_user_page);
+	void __user *uaddr = (void __user *)u->addr;
+	unsigned int len = u->len;
+	bool write = u->write;
+	size_t left;
+
+	local_irq_enable();
+	left = write ? fault_in_writeable(uaddr, len) : fault_in_readable(uaddr, len);
+	local_irq_disable();
+	if (left) {
+		u = this_cpu_ptr(&ng_user_page);
+		u->step_task = current;
+		u->step_ip = regs->ip;
+	}
+	atomic_dec(&ng_user_inflight);
 }
 
 static void notrace ng_fault_ftrace(unsigned long ip, unsigned long parent_ip,
@@ -350,9 +495,17 @@ static void notrace ng_fault_ftrace(unsigned long ip, unsigned long parent_ip,
 	if (!kregs)
 		return;
 	regs = (struct pt_regs *)regs_get_kernel_argument(kregs, 0);
-	if (ng_fault(regs, regs_get_kernel_argument(kregs, 1),
-		     regs_get_kernel_argument(kregs, 2)))
+	switch (ng_fault(regs, regs_get_kernel_argument(kregs, 1),
+			 regs_get_kernel_argument(kregs, 2))) {
+	case NG_HANDLED:
 		instruction_pointer_set(kregs, (unsigned long)ng_fault_done);
+		break;
+	case NG_FAULT_IN_USER:
+		instruction_pointer_set(kregs, (unsigned long)ng_fault_user);
+		break;
+	case NG_NOT_OURS:
+		break;
+	}
 }
 
 static struct ftrace_ops ng_fault_ops = {
@@ -385,6 +538,9 @@ void ng_fault_exit(void)
 {
 	unregister_ftrace_function(&ng_fault_ops);
 	ftrace_free_filter(&ng_fault_ops);
-	/* a CPU may still be in ng_fault_done(), interrupts off */
+	/* a task may be faulting a user page in, in ng_fault_user() */
+	while (atomic_read(&ng_user_inflight))
+		usleep_range(1000, 2000);
+	/* a CPU may still be in ng_fault_done/_user(), interrupts off */
 	synchronize_rcu();
 }

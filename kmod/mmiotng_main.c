@@ -31,6 +31,7 @@ static int __init ng_init(void)
 {
 	int ret;
 
+	ng_flush_init();
 	ret = ng_step_init();
 	if (ret)
 		return ret;

@@ -29,13 +29,13 @@
 #include <linux/slab.h>
 #include <linux/smp.h>
 #include <linux/irq_work.h>
-#include <linux/workqueue.h>
 #include <asm/tlbflush.h>
 #include <asm/pgtable.h>
 
 #include "mmiotng.h"
 
 DEFINE_RAW_SPINLOCK(ng_lock);
+int ng_lock_cpu = -1;		/* the CPU holding ng_lock, or -1 */
 LIST_HEAD(ng_filters);
 LIST_HEAD(ng_mappings);
 
@@ -50,31 +50,66 @@ void ng_flush_all(void)
 	on_each_cpu(ng_flush_one_cpu, NULL, 1);
 }
 
-static void ng_flush_workfn(struct work_struct *w)
-{
-	ng_flush_all();
-}
+static DEFINE_PER_CPU(call_single_data_t, ng_flush_csd);
 
-static DECLARE_WORK(ng_flush_work, ng_flush_workfn);
+/*
+ * Flush this CPU and, without waiting for them, the others; hardirq or
+ * process context with interrupts off.  A CPU whose flush is still
+ * pending is skipped: that flush runs after the entries changed.
+ */
+static void ng_flush_now(void)
+{
+	int cpu, self = smp_processor_id();
+
+	__flush_tlb_all();
+	for_each_online_cpu(cpu) {
+		if (cpu == self)
+			continue;
+		if (smp_call_function_single_async(cpu, per_cpu_ptr(&ng_flush_csd, cpu)))
+			continue;	/* -EBUSY: its flush is still pending */
+	}
+}
 
 static void ng_flush_irq_work(struct irq_work *w)
 {
-	schedule_work(&ng_flush_work);
+	ng_flush_now();
 }
 
 static DEFINE_IRQ_WORK(ng_flush_iw, ng_flush_irq_work);
 
-/* Flush every CPU as soon as possible; any context, NMI included. */
+/*
+ * Flush every CPU as soon as possible; any context, NMI and the debug trap
+ * included: the flush runs from an irq_work on this CPU once interrupts
+ * are on again (microseconds), not from a workqueue.
+ */
 void ng_flush_soon(void)
 {
 	irq_work_queue(&ng_flush_iw);
 }
 
-/* Wait for the flushes ng_flush_soon() queued (module exit). */
+void ng_flush_init(void)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		INIT_CSD(per_cpu_ptr(&ng_flush_csd, cpu), ng_flush_one_cpu, NULL);
+}
+
+/*
+ * Wait for the flushes queued by ng_flush_soon() (module exit): the
+ * irq_work, then every asynchronous flush it sent.
+ */
 void ng_flush_sync(void)
 {
+	int cpu;
+
 	irq_work_sync(&ng_flush_iw);
-	flush_work(&ng_flush_work);
+	for_each_possible_cpu(cpu) {
+		call_single_data_t *csd = per_cpu_ptr(&ng_flush_csd, cpu);
+
+		while (READ_ONCE(csd->node.u_flags) & CSD_FLAG_LOCK)
+			cpu_relax();
+	}
 }
 
 static unsigned long ng_level_size(unsigned int level)
@@ -107,6 +142,21 @@ void ng_page_disarm(struct ng_page *pg)
 		return;
 	ng_set_entry(pg, pg->saved);
 	pg->armed = false;
+}
+
+/*
+ * The saved entry back in place, or cleared again, without the bookkeeping:
+ * only for an NMI that single-steps on a CPU that holds ng_lock
+ * (mmiotng_step.c explains why that is safe).
+ */
+void ng_page_present(struct ng_page *pg)
+{
+	ng_set_entry(pg, pg->saved);
+}
+
+void ng_page_absent(struct ng_page *pg)
+{
+	ng_set_entry(pg, 0);
 }
 
 /* The frame an entry of this level maps (the PAT bit of a 2M entry excluded). */

@@ -107,11 +107,11 @@ static bool ng_wanted(phys_addr_t phys, unsigned long size)
 	unsigned long flags;
 	bool wanted;
 
-	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_lock_irqsave(&flags);
 	wanted = ng_find_filter(phys, size);
 	if (!wanted && ng_overlaps_filter(phys, size))
 		this_cpu_inc(ng_stats.refused);
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	ng_unlock_irqrestore(flags);
 	return wanted;
 }
 
@@ -132,11 +132,11 @@ static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 		return 0;
 	/* allocated outside ng_lock: a raw spinlock is no place for it */
 	m = ng_mapping_alloc(virt, a->phys, a->size, GFP_ATOMIC, &ret);
-	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_lock_irqsave(&flags);
 	f = ng_find_filter(a->phys, a->size);	/* it may have gone meanwhile */
 	if (m && f)
 		ret = ng_mapping_arm(m, f);
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	ng_unlock_irqrestore(flags);
 	if (!m || !f || ret) {
 		kfree(m);
 		if (f)
@@ -171,14 +171,14 @@ static int ng_iounmap_pre(struct kprobe *p, struct pt_regs *regs)
 	struct ng_mapping *m;
 	unsigned long flags;
 
-	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_lock_irqsave(&flags);
 	ng_unmap_mark(base);
 	m = ng_find_mapping(base);
 	if (m && m->base == base)
 		ng_mapping_disarm(m);
 	else
 		m = NULL;
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	ng_unlock_irqrestore(flags);
 	if (m)
 		call_rcu(&m->rcu, ng_free_rcu);
 	return 0;
@@ -200,9 +200,9 @@ static int ng_iounmap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
 	unsigned long flags;
 
-	raw_spin_lock_irqsave(&ng_lock, flags);
+	ng_lock_irqsave(&flags);
 	ng_unmap_unmark(*(unsigned long *)ri->data);
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
+	ng_unlock_irqrestore(flags);
 	return 0;
 }
 

@@ -2,16 +2,23 @@
 /*
  * mmiotng: the single-step fallback.
  *
- * An instruction the decoder does not know (or every access, in
- * MMIOTNG_MODE_SINGLESTEP) is executed for real: its page is made present,
- * the trap flag set and interrupts kept off, and the debug trap after the
- * instruction reports the access and re-arms the page, as the kernel's
- * kmmio does.  While the page is present other CPUs may use it without
- * faulting: the fallback is for rare instructions.
+ * An instruction that is not emulated is executed for real, with the trap
+ * flag set and interrupts off, and the debug trap after it reports the
+ * access.  Two ways:
+ *  - A decoded instruction (every access in MMIOTNG_MODE_SINGLESTEP) runs
+ *    against the shadow: the register its address comes from is moved by
+ *    the distance to the shadow for the one instruction and moved back in
+ *    the trap.  No page changes: other CPUs keep faulting, nothing is
+ *    missed, no lock is taken (an NMI can do this too).
+ *  - Any other instruction (the decoder does not know it) runs against the
+ *    armed page, made present for the step and re-armed in the trap, as the
+ *    kernel's kmmio does; other CPUs that use the page meanwhile are not
+ *    traced until the flush that follows the trap reaches them
+ *    (ng_flush_soon: microseconds).
  *
  * Locking in this file:
- *  - The per-CPU ng_step is only touched by its CPU, in the fault path and
- *    in the debug trap (interrupts off in both).  An NMI that faults on an
+ *  - The per-CPU ng_step is only touched by its CPU, in the fault path, in
+ *    the debug trap and in its irq_work (interrupts off in all three).  An NMI that faults on an
  *    armed page while its CPU is stepping joins the step (ng_step_more).
  *  - ng_page.steppers and the entries are changed under ng_lock.
  *  - A stepped mapping stays valid until the trap: ng_wait_steps(), called
@@ -20,7 +27,9 @@
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/irq_work.h>
 #include <linux/kdebug.h>
+#include <linux/timekeeping.h>
 #include <linux/delay.h>
 #include <linux/notifier.h>
 #include <asm/debugreg.h>
@@ -29,12 +38,22 @@
 #include "mmiotng.h"
 #include "ng_decode.h"
 
+/* A register pointed at the shadow for the step. */
+struct ng_redirect {
+	unsigned int no;	/* NG_REG_*: in the trap's registers, not the fault's */
+	unsigned long delta;
+	bool restore;	/* false: the instruction loads a new value into it */
+};
+
 /* Per-CPU state of a single-step in progress. */
 struct ng_step {
+	struct ng_redirect redir[2];
+	unsigned int nredir;
 	struct ng_mapping *map[NG_STEP_PAGES];
 	struct ng_page *page[NG_STEP_PAGES];
 	unsigned int npages;
 	unsigned long ip;	/* the stepped instruction */
+	bool lockless;		/* an NMI on a CPU that holds ng_lock */
 	unsigned long saved_flags;
 	struct ng_insn insn;
 	bool decoded;
@@ -42,9 +61,38 @@ struct ng_step {
 	u8 bytes[NG_COMPAT_MAX_BYTES];
 	unsigned int nbytes;
 	struct mmiotng_access acc;
+	/* the last step's record, not yet reported (ng_step_report) */
+	struct mmiotng_access done;
+	bool done_pending;
 };
 
 static DEFINE_PER_CPU(struct ng_step, ng_step);
+static DEFINE_PER_CPU(struct irq_work, ng_report_iw);
+
+/*
+ * Report the last step's access.  The debug trap does not report it
+ * itself: it runs as an NMI, where the BPF ring buffer only try-locks and
+ * drops the record when another CPU is reserving.  The record, with the
+ * time of the trap, goes out from an irq_work on this CPU (right after the
+ * trap when the stepped code had interrupts on) or before this CPU's next
+ * traced access, whichever is first, so this CPU's records keep their
+ * order.  Interrupts off.
+ */
+void ng_step_report(void)
+{
+	struct ng_step *s = this_cpu_ptr(&ng_step);
+	struct mmiotng_access a;
+
+	if (!xchg(&s->done_pending, false))
+		return;
+	a = s->done;
+	ng_report(&a);
+}
+
+static void ng_report_irq_work(struct irq_work *w)
+{
+	ng_step_report();
+}
 
 /* Whether this CPU is stepping (at ip, unless ip is 0). */
 bool ng_stepping(unsigned long ip)
@@ -58,6 +106,20 @@ static bool ng_insn_is_load(const struct ng_insn *insn)
 {
 	return insn->kind == NG_KIND_LOAD || insn->kind == NG_KIND_MOVZX ||
 	       insn->kind == NG_KIND_MOVSX;
+}
+
+/*
+ * Whether this CPU holds ng_lock: an NMI came in during one of the short
+ * ng_lock sections (none touches a device).  It cannot take the lock; but
+ * no other CPU can change a page meanwhile (they would need the lock), and
+ * the interrupted section saves an entry before it clears it and restores
+ * it before it marks the page disarmed, so an NMI that faulted on a page
+ * finds its saved entry valid: it presents that entry for the step and
+ * clears it again after, without the bookkeeping.
+ */
+static bool ng_lock_held_here(void)
+{
+	return in_nmi() && READ_ONCE(ng_lock_cpu) == smp_processor_id();
 }
 
 /* Make the page of addr present for the step.  Interrupts off. */
@@ -74,18 +136,106 @@ static void ng_step_add_page(struct ng_step *s, struct ng_mapping *m,
 			return;
 	if (s->npages == NG_STEP_PAGES)
 		return;		/* cannot happen: see NG_STEP_PAGES */
-	raw_spin_lock(&ng_lock);
-	pg->steppers++;
-	ng_page_disarm(pg);
-	raw_spin_unlock(&ng_lock);
+	if (s->npages == 0)
+		s->lockless = ng_lock_held_here();
+	if (s->lockless) {
+		ng_page_present(pg);
+	} else {
+		ng_lock_irqs_off();
+		pg->steppers++;
+		ng_page_disarm(pg);
+		ng_unlock_irqs_off();
+	}
 	s->map[s->npages] = m;
 	s->page[s->npages] = pg;
 	s->npages++;
 }
 
+static bool ng_redirect_reg(struct ng_step *s, struct pt_regs *regs,
+			    unsigned int no, unsigned long delta, bool restore)
+{
+	unsigned long *reg = ng_gpr(regs, no);
+
+	/* never the stack pointer: an exception would push onto the device */
+	if (!reg || no == NG_REG_SP || s->nredir == ARRAY_SIZE(s->redir))
+		return false;
+	*reg += delta;
+	s->redir[s->nredir].no = no;
+	s->redir[s->nredir].delta = delta;
+	s->redir[s->nredir].restore = restore;
+	s->nredir++;
+	return true;
+}
+
+/* rsi or rdi of a movs/stos, if it points into a traced BAR. */
+static void ng_redirect_string(struct ng_step *s, struct pt_regs *regs,
+			       unsigned int no, unsigned int width)
+{
+	unsigned long addr = *ng_gpr(regs, no);
+	void __iomem *io = ng_shadow_addr(addr, width);
+
+	if (io)
+		ng_redirect_reg(s, regs, no, (unsigned long)io - addr, true);
+}
+
+/* Whether the register operand of the instruction is register no. */
+static bool ng_uses_reg(const struct ng_insn *insn, unsigned int no)
+{
+	if (insn->reg == NG_REG_NONE)
+		return false;
+	return insn->high8 ? insn->reg - 4 == no : insn->reg == no;
+}
+
 /*
- * Make the page present for one instruction and trap right after it.
- * Fault path, interrupts off; the mapping is valid until the trap.
+ * Point a decoded instruction's memory operand at the shadow: its base
+ * register (or its index, without a base) moves by the distance.  A load
+ * into that register must overwrite it whole (4 or 8 bytes); it is then not
+ * moved back.  A store of that register is not redirected (it would store
+ * the moved value).  False: the step must use the armed page instead.
+ */
+static bool ng_step_redirect(struct ng_step *s, struct pt_regs *regs,
+			     const struct ng_insn *insn)
+{
+	unsigned long ea, delta;
+	void __iomem *io;
+	unsigned int no;
+	bool into;
+
+	s->nredir = 0;
+	if (insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS) {
+		if (insn->kind == NG_KIND_MOVS)
+			ng_redirect_string(s, regs, NG_REG_SI, insn->mem_width);
+		ng_redirect_string(s, regs, NG_REG_DI, insn->mem_width);
+		return s->nredir > 0;
+	}
+	if (insn->base == NG_REG_RIP || insn->base == insn->index)
+		return false;
+	ea = (unsigned long)(long)insn->disp;
+	if (insn->base != NG_REG_NONE)
+		ea += *ng_gpr(regs, insn->base);
+	if (insn->index != NG_REG_NONE)
+		ea += *ng_gpr(regs, insn->index) * insn->scale;
+	io = ng_shadow_addr(ea, insn->mem_width);
+	if (!io)
+		return false;
+	delta = (unsigned long)io - ea;
+	no = insn->base;
+	if (no == NG_REG_NONE) {
+		no = insn->index;
+		if (no == NG_REG_NONE || delta % insn->scale)
+			return false;
+		delta /= insn->scale;
+	}
+	into = ng_uses_reg(insn, no);
+	if (into && (!ng_insn_is_load(insn) || insn->reg_width < 4))
+		return false;
+	return ng_redirect_reg(s, regs, no, delta, !into);
+}
+
+/*
+ * Single-step the faulting instruction: against the shadow if it is
+ * decoded, else with its page present.  Fault path, interrupts off; the
+ * mapping is valid until the trap.
  */
 void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 		   unsigned long addr, const u8 *bytes, unsigned int nbytes,
@@ -94,21 +244,24 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 	struct ng_step *s = this_cpu_ptr(&ng_step);
 
 	s->npages = 0;
-	ng_step_add_page(s, m, addr);
+	s->nredir = 0;
+	/* the record describes the registers as they are before the step */
+	ng_fill_access(&s->acc, m, addr, regs->ip, bytes, nbytes);
+	ng_fill_compat(&s->acc, bytes, nbytes, regs);
 	s->ip = regs->ip;
 	s->decoded = decoded;
 	if (decoded)
 		s->insn = *insn;
 	memcpy(s->bytes, bytes, nbytes);
 	s->nbytes = nbytes;
-	ng_fill_access(&s->acc, m, addr, regs->ip, bytes, nbytes);
-	ng_fill_compat(&s->acc, bytes, nbytes, regs);
 	s->acc.flags = MMIOTNG_F_SINGLESTEP;
 	if (decoded && !ng_insn_is_load(insn) && insn->kind != NG_KIND_MOVS) {
 		s->acc.op = MMIOTNG_OP_WRITE;
 		s->acc.width = insn->mem_width;
 		s->acc.value = ng_operand_value(insn, regs);
 	}
+	if (!decoded || !ng_step_redirect(s, regs, insn))
+		ng_step_add_page(s, m, addr);
 	s->saved_flags = regs->flags & (X86_EFLAGS_TF | X86_EFLAGS_IF);
 	s->active = true;
 	regs->flags |= X86_EFLAGS_TF;
@@ -131,6 +284,10 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 	struct mmiotng_access *acc = &s->acc;
 	unsigned int i;
 
+	for (i = 0; i < s->nredir; i++)
+		if (s->redir[i].restore)
+			*ng_gpr(regs, s->redir[i].no) -= s->redir[i].delta;
+	s->nredir = 0;
 	if (s->decoded && ng_insn_is_load(&s->insn)) {
 		acc->op = MMIOTNG_OP_READ;
 		acc->width = s->insn.mem_width;
@@ -143,19 +300,31 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 		this_cpu_inc(ng_stats.unknown);
 	}
 	/* stores were filled in when the step started */
-	ng_report(acc);
+	ng_step_report();	/* the previous one, if still there */
+	acc->ts_ns = ktime_get_mono_fast_ns();
+	s->done = *acc;
+	WRITE_ONCE(s->done_pending, true);
+	irq_work_queue(this_cpu_ptr(&ng_report_iw));
 
-	raw_spin_lock(&ng_lock);
-	for (i = 0; i < s->npages; i++) {
-		struct ng_page *pg = s->page[i];
+	if (s->npages && s->lockless) {
+		for (i = 0; i < s->npages; i++)
+			ng_page_absent(s->page[i]);
+		s->npages = 0;
+		__flush_tlb_all();
+		ng_flush_soon();
+	} else if (s->npages) {
+		ng_lock_irqs_off();
+		for (i = 0; i < s->npages; i++) {
+			struct ng_page *pg = s->page[i];
 
-		if (--pg->steppers == 0 && s->map[i]->live)
-			ng_page_arm(pg);
+			if (--pg->steppers == 0 && s->map[i]->live)
+				ng_page_arm(pg);
+		}
+		ng_unlock_irqs_off();
+		s->npages = 0;
+		__flush_tlb_all();
+		ng_flush_soon();
 	}
-	raw_spin_unlock(&ng_lock);
-	s->npages = 0;
-	__flush_tlb_all();
-	ng_flush_soon();
 
 	regs->flags &= ~(X86_EFLAGS_TF | X86_EFLAGS_IF);
 	regs->flags |= s->saved_flags;
@@ -195,11 +364,19 @@ void ng_wait_steps(void)
 
 int ng_step_init(void)
 {
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		init_irq_work(per_cpu_ptr(&ng_report_iw, cpu), ng_report_irq_work);
 	return register_die_notifier(&ng_die_nb);
 }
 
 void ng_step_exit(void)
 {
+	int cpu;
+
 	ng_wait_steps();
 	unregister_die_notifier(&ng_die_nb);
+	for_each_possible_cpu(cpu)
+		irq_work_sync(per_cpu_ptr(&ng_report_iw, cpu));
 }

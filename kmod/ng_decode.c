@@ -8,7 +8,7 @@
 /* ------------------------------------------------------------------ */
 /* Registers */
 
-static unsigned long *ng_gpr(struct pt_regs *regs, unsigned int no)
+unsigned long *ng_gpr(struct pt_regs *regs, unsigned int no)
 {
 	switch (no) {
 	case 0: return &regs->ax;

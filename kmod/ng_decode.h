@@ -189,6 +189,15 @@ unsigned long ng_modrm_ea(const struct ng_insn *insn,
 			  const struct pt_regs *regs);
 
 /**
+ * ng_gpr() - a general-purpose register of @regs by its number
+ * @regs: the registers
+ * @no: NG_REG_AX..15
+ *
+ * Return: the register's slot in @regs, or NULL for any other number.
+ */
+unsigned long *ng_gpr(struct pt_regs *regs, unsigned int no);
+
+/**
  * ng_operand_value() - the memory value of a mov's register or immediate
  * @insn: a decoded instruction
  * @regs: for a store, the registers before it; for a load, after it

@@ -135,6 +135,7 @@ class MmiotngAccess(ctypes.Structure):
         ("flags", ctypes.c_uint8),
         ("pad", ctypes.c_uint8 * 2),
         ("insn", ctypes.c_uint8 * MMIOTNG_INSN_BYTES),
+        ("ts_ns", ctypes.c_uint64),
     ]
 
 
