@@ -501,3 +501,115 @@ def test_rmmod_with_marker_write_in_flight(exerciser):
         stop_t.set()
         os.close(mfd)
         ensure_helper()
+
+
+# ---- item 7(a): a string copy between a BAR and a user page not yet there ----
+
+BAR_READ = EXERCISER_DEBUGFS / "bar_read"
+COPY_LEN = 256          # >= 64: copy_to_user is one rep movsb with ERMS
+COPY_ROUNDS = 20
+libc.pread.restype = ctypes.c_ssize_t
+libc.pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
+
+
+def test_copy_to_user_from_bar_into_missing_page(exerciser):
+    """copy_to_user() from the BAR into a page that is not faulted in yet,
+    while a burst runs on both CPUs: every byte is read from the device
+    exactly once (no element read again by a fallback), nothing is
+    single-stepped, the reader gets the device's bytes, nothing hangs."""
+    ensure_helper()
+    base = exerciser.bar0[0]
+    buf = libc.mmap(None, PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
+                    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert buf not in (None, ctypes.c_void_p(-1).value)
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-copy-user").start()
+    got: list[bytes] = []
+
+    def reads() -> None:
+        burst = threading.Thread(target=exerciser.run, args=("burst", 20_000))
+        burst.start()
+        fd = os.open(BAR_READ, os.O_RDONLY)
+        try:
+            for _ in range(COPY_ROUNDS):
+                assert libc.madvise(buf, PAGE, MADV_DONTNEED) == 0   # gone again
+                n = libc.pread(fd, buf, COPY_LEN, 0x1000)
+                assert n == COPY_LEN, os.strerror(ctypes.get_errno())
+                got.append(ctypes.string_at(buf, COPY_LEN))
+        finally:
+            os.close(fd)
+            burst.join(300)
+        assert not burst.is_alive()
+
+    try:
+        before = status()
+        text = t.section(reads)
+        after = status()
+    finally:
+        assert t.stop() == 0
+    # edu answers 1-byte reads with 0
+    assert got == [bytes(COPY_LEN)] * COPY_ROUNDS
+    recs = [r for r in to_records(text, base) if r[0] in ("R", "W", "UNKNOWN") and
+            (r[1] if r[0] == "UNKNOWN" else r[2]) >= 0x1000]
+    assert recs == [("R", 1, 0x1000 + i, 0) for i in range(COPY_LEN)] * COPY_ROUNDS
+    assert after.singlestepped == before.singlestepped
+    assert exerciser.mismatches() == 0
+
+
+# ---- item 9: the kernel's own mmiotrace and a session exclude each other ----
+
+CURRENT_TRACER = Path("/sys/kernel/tracing/current_tracer")
+EXCLUSION_SECONDS = 30.0
+
+
+def test_kernel_tracer_and_session_exclude_each_other(exerciser):
+    """One thread starts and stops the kernel's mmiotrace in a loop while
+    another opens a session (FILTER_ADD) and ends it in a loop: at no time
+    are both on.  Each side checks the other after it got in."""
+    ensure_helper()
+    start, length = exerciser.bar0
+    assert CURRENT_TRACER.read_text().strip() == "nop"
+    stop = threading.Event()
+    both: list[str] = []
+    counts = {"kernel on": 0, "kernel refused": 0, "session on": 0, "session refused": 0}
+
+    def kernel_loop() -> None:
+        while not stop.is_set():
+            try:
+                CURRENT_TRACER.write_text("mmiotrace\n")
+            except OSError as exc:
+                assert exc.errno == errno.EBUSY, exc
+                counts["kernel refused"] += 1
+                time.sleep(0.01)
+                continue
+            counts["kernel on"] += 1
+            st = status()
+            if st.owner or st.filters:
+                both.append(f"kernel tracer on while the helper has {st}")
+            CURRENT_TRACER.write_text("nop\n")
+
+    th = threading.Thread(target=kernel_loop, daemon=True)
+    th.start()
+    deadline = time.monotonic() + EXCLUSION_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            with nl.HelperSocket() as h:
+                try:
+                    h.filter_add(start, length)
+                except nl.HelperError as exc:
+                    assert exc.errno == errno.EBUSY, exc
+                    counts["session refused"] += 1
+                    continue
+                counts["session on"] += 1
+                if CURRENT_TRACER.read_text().strip() == "mmiotrace":
+                    both.append("a session got in while the kernel's mmiotrace is on")
+                h.disarm_all()
+    finally:
+        stop.set()
+        th.join(120)
+        CURRENT_TRACER.write_text("nop\n")
+    print("exclusion loop:", counts)
+    assert not th.is_alive()
+    assert not both, both
+    assert counts["kernel on"] and counts["session on"], counts
+    st = status()
+    assert st.owner == 0 and st.filters == 0 and st.armed_pages == 0, st

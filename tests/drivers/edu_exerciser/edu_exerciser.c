@@ -16,6 +16,7 @@
  *   echo "NAME [COUNT]" > /sys/kernel/debug/edu_exerciser/stress
  *   cat /sys/kernel/debug/edu_exerciser/stress       (lists them)
  *   stride_virt, maploop_virt: the live mapping of stride / maploop, or 0
+ *   bar_read: read(2) at OFF copies BAR0 + OFF with copy_to_user()
  *   maploop_hold_us (rw): maploop's wait between ioremap and readl
  *   stride_flush (rw): nonzero: stride flushes its CPU's TLB every round
  *   errors: wrong values seen so far by the running (or last) scenario
@@ -996,6 +997,41 @@ static const struct file_operations edu_stress_fops = {
 	.release = single_release,
 };
 
+/*
+ * Reading "bar_read" at offset OFF copies up to a page from BAR0 + OFF to
+ * the reader's buffer with copy_to_user() straight from a fresh mapping:
+ * with ERMS, 64 bytes or more are one rep movsb from MMIO to user memory.
+ */
+static ssize_t edu_bar_read(struct file *file, char __user *ubuf, size_t len,
+			    loff_t *ppos)
+{
+	struct edu_ex *ex = file->private_data;
+	void __iomem *base;
+	unsigned long left;
+	loff_t pos = *ppos;
+	size_t n;
+
+	if (pos < 0 || pos >= ex->len)
+		return 0;
+	n = min_t(size_t, len, min_t(loff_t, ex->len - pos, PAGE_SIZE));
+	base = edu_map(ex);
+	if (!base)
+		return -ENOMEM;
+	left = copy_to_user(ubuf, (const void __force *)(base + pos), n);
+	edu_unmap(ex, base);
+	if (left == n)
+		return -EFAULT;
+	*ppos = pos + n - left;
+	return n - left;
+}
+
+static const struct file_operations edu_bar_read_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.read = edu_bar_read,
+	.llseek = default_llseek,
+};
+
 static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct edu_ex *ex;
@@ -1043,6 +1079,12 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	debugfs_create_u64("mismatches", 0444, ex->dir, &ex->mismatches);
 	file = debugfs_create_file("stress", 0600, ex->dir, ex,
 				   &edu_stress_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
+	file = debugfs_create_file("bar_read", 0400, ex->dir, ex,
+				   &edu_bar_read_fops);
 	if (IS_ERR(file)) {
 		ret = PTR_ERR(file);
 		goto err_debugfs;
