@@ -2,9 +2,12 @@
 /*
  * mmiotrace-ng BPF programs (compiled by bcc at start-up).
  *
- * - ioremap family entry/return -> MAP for mappings that overlap a traced
- *   range (every mapping with NG_CONFIG_ALL), with map ids counted from 1;
- * - iounmap entry -> UNMAP;
+ * - the helper's tracepoint mmiotng_map -> MAP for each mapping it arms
+ *   (map ids counted from 1), or a NOT-traced record for one it did not;
+ * - with NG_CONFIG_ALL (--all) only, ioremap family entry/return -> MAP for
+ *   every other mapping (the helper's MAP of an armed one came first: its
+ *   __ioremap_caller returned before the outer ioremap function);
+ * - iounmap entry -> UNMAP of a mapping that has a map id;
  * - the helper's tracepoint mmiotng_access (raw tracepoint) -> one access
  *   record (R/W/UNKNOWN);
  * - the helper's tracepoint mmiotng_mark (trace_marker writes) -> MARK.
@@ -13,10 +16,10 @@
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
  * the loader prints "Lost N events" where the loss happened.
  *
- * What to trace is not compiled in: the loader writes it into the maps
- * "config" and "ranges" (see mmiotrace_ng.h), and creates the ring buffer
- * with the size asked for, so one compiled object serves every device and
- * buffer size.  It includes the headers' directories.
+ * Nothing about the devices is compiled in: the helper decides what is
+ * traced, the loader writes the settings into the map "config" (see
+ * mmiotrace_ng.h) and creates the ring buffer with the size asked for, so
+ * one compiled object serves every device and buffer size.
  */
 #include <uapi/linux/ptrace.h>
 #include <linux/types.h>
@@ -40,7 +43,6 @@ BPF_HASH(ioremap_args, u64, struct ng_ioremap_args, 1024);
 BPF_HASH(map_ids, u64, s32, 4096);
 /* enum ng_config slots, set by the loader before it arms anything */
 BPF_ARRAY(config, u32, NG_CONFIG_SLOTS);
-BPF_ARRAY(ranges, struct ng_range, NG_MAX_RANGES);
 
 static __always_inline u32 ng_config(int slot)
 {
@@ -125,30 +127,6 @@ static __always_inline s32 ng_new_map_id(void)
 	return -1;
 }
 
-static __always_inline int ng_traced_range(u64 phys, u64 size)
-{
-	u32 nr = ng_config(NG_CONFIG_NR_RANGES);
-	struct ng_range *r;
-	int i, key, hit = 0;
-
-	if (ng_config(NG_CONFIG_ALL))
-		return 1;
-	/*
-	 * Every slot is looked at and the loop has one way out: the verifier
-	 * then sees at most two states per iteration (hit or not), where an
-	 * early return would leave it one path per iteration to follow
-	 * through the rest of the program.  The key is a copy, so that the
-	 * counter stays in a register where the verifier can follow it.
-	 */
-	for (i = 0; i < NG_MAX_RANGES; i++) {
-		key = i;
-		r = ranges.lookup(&key);
-		if (r && i < nr && phys < r->end && r->start < phys + size)
-			hit = 1;
-	}
-	return hit;
-}
-
 int on_ioremap_entry(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
@@ -157,7 +135,7 @@ int on_ioremap_entry(struct pt_regs *ctx)
 		.size = PT_REGS_PARM2(ctx),
 	};
 
-	if (!ng_traced_range(a.phys, a.size) || ng_by_tracer())
+	if (!ng_config(NG_CONFIG_ALL) || ng_by_tracer())
 		return 0;
 	/*
 	 * The ioremap functions do not call each other: an entry of this
@@ -180,7 +158,8 @@ int on_ioremap_return(struct pt_regs *ctx)
 
 	if (!a)
 		return 0;
-	if (!virt)
+	/* no mapping, or one the helper armed: its MAP is out already */
+	if (!virt || map_ids.lookup(&virt))
 		goto out;
 	map_id = ng_new_map_id();
 	map_ids.update(&virt, &map_id);
@@ -196,6 +175,44 @@ int on_ioremap_return(struct pt_regs *ctx)
 	events.ringbuf_submit(r, 0);
 out:
 	ioremap_args.delete(&id);
+	return 0;
+}
+
+/* The helper armed a mapping (its MAP), or left one of a traced range unarmed. */
+int on_map(struct bpf_raw_tracepoint_args *ctx)
+{
+	const struct mmiotng_map *m = (const void *)ctx->args[0];
+	struct ng_rec_untraced *u;
+	struct mmiotng_map ev;
+	struct ng_rec_map *r;
+	s32 map_id;
+
+	if (bpf_probe_read_kernel(&ev, sizeof(ev), m))
+		return 0;
+	if (ev.err) {
+		u = ng_reserve(sizeof(*u), NG_REC_UNTRACED);
+		if (!u)
+			return 0;
+		u->phys = ev.phys;
+		u->virt = ev.virt;
+		u->len = ev.size;
+		u->err = ev.err;
+		u->pid = bpf_get_current_pid_tgid();
+		events.ringbuf_submit(u, 0);
+		return 0;
+	}
+	map_id = ng_new_map_id();
+	map_ids.update(&ev.virt, &map_id);
+	r = ng_reserve(sizeof(*r), NG_REC_MAP);
+	if (!r)
+		return 0;
+	r->phys = ev.phys;
+	r->virt = ev.virt;
+	r->len = ev.size;
+	r->ip = 0;
+	r->map_id = map_id;
+	r->pid = bpf_get_current_pid_tgid();
+	events.ringbuf_submit(r, 0);
 	return 0;
 }
 

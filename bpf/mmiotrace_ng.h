@@ -11,32 +11,25 @@
 
 #define NG_MARK_MAX	1024	/* bytes of marker text kept (the kernel keeps 1 KiB) */
 #define NG_INSN_BYTES	8
-#define NG_MAX_RANGES	64	/* traced physical ranges: 7 resources per device */
 
 enum ng_rec_type {
 	NG_REC_MAP = 1,
 	NG_REC_UNMAP = 2,
 	NG_REC_ACCESS = 3,
 	NG_REC_MARK = 4,
+	NG_REC_UNTRACED = 5,
 };
 
 /*
- * What to trace, written by the loader into two BPF maps before anything is
- * armed (the compiled programs serve every device and buffer size):
- * "config", u32 values at these indexes, and "ranges", NG_MAX_RANGES
- * struct ng_range of which the first NG_CONFIG_NR_RANGES are used.
+ * Settings, written by the loader into the BPF map "config" (u32 values at
+ * these indexes) before anything is armed: the compiled programs serve
+ * every device and buffer size.  What is traced is not among them: the
+ * helper decides, and reports each mapping it arms (mmiotng_map).
  */
 enum ng_config {
 	NG_CONFIG_TRACER = 0,		/* the tracer's process id */
-	NG_CONFIG_ALL = 1,		/* 1: every mapping, as with --all */
-	NG_CONFIG_NR_RANGES = 2,
-	NG_CONFIG_SLOTS = 3,
-};
-
-/* A physical range whose mappings are traced. */
-struct ng_range {
-	__u64 start;
-	__u64 end;		/* exclusive */
+	NG_CONFIG_ALL = 1,		/* 1: MAP every other mapping too, as with --all */
+	NG_CONFIG_SLOTS = 2,
 };
 
 /* Common to all records. */
@@ -66,7 +59,7 @@ struct ng_rec_access {
 	__u8 insn[NG_INSN_BYTES];
 };
 
-/* MAP: an ioremap of a traced range */
+/* MAP: an ioremap the helper armed (or, with --all, any other) */
 struct ng_rec_map {
 	struct ng_rec_hdr hdr;
 	__u64 phys;		/* as passed to ioremap (unaligned) */
@@ -92,6 +85,16 @@ struct ng_rec_mark {
 	__u32 len;		/* bytes of text, <= NG_MARK_MAX */
 	__u32 pid;
 	char text[NG_MARK_MAX];
+};
+
+/* A mapping of a traced range that the helper did not arm: NOT traced */
+struct ng_rec_untraced {
+	struct ng_rec_hdr hdr;
+	__u64 phys;		/* as passed to ioremap */
+	__u64 virt;
+	__u64 len;
+	__s32 err;		/* why: -errno (mmiotrace_ng/render.py says it in words) */
+	__u32 pid;
 };
 
 #endif /* MMIOTRACE_NG_H */

@@ -41,18 +41,38 @@
 
 #include "mmiotng_abi.h"
 
-#define NG_MAX_FILTERS		16
+#define NG_MAX_FILTERS		MMIOTNG_MAX_FILTERS
 #define NG_MAX_FILTER_SIZE	BIT_ULL(32)	/* 4 GiB: larger BARs are refused */
 /* an instruction touches at most two operands, each on at most two pages */
 #define NG_STEP_PAGES		4
+/* mappings made ready for the ioremap probe, per filter (see ng_spare_get) */
+#define NG_SPARES		2
 
-/* A physical range to trace (a BAR), with its never-armed shadow mapping. */
+struct ng_mapping;
+
+/*
+ * A physical range to trace (a BAR of any size and alignment), with its
+ * never-armed shadow mapping of the whole pages it lies in: an armed page
+ * of a small BAR also holds bytes outside it (another device's BAR), which
+ * are emulated through the shadow too but not reported.
+ */
 struct ng_filter {
 	struct list_head node;	/* ng_filters: ng_mutex and ng_lock */
 	struct list_head dead;	/* teardown list */
 	phys_addr_t start;
 	u64 size;
-	void __iomem *shadow;
+	phys_addr_t page_start;	/* start & PAGE_MASK */
+	u64 page_len;		/* whole pages from page_start */
+	void __iomem *shadow;	/* maps [page_start, page_start + page_len) */
+	/*
+	 * Mappings big enough for any mapping of the range, allocated in
+	 * process context: the ioremap probe takes one (it must not allocate)
+	 * and the refill work replaces it.  ng_lock.
+	 */
+	struct ng_mapping *spare[NG_SPARES];
+	unsigned int nspare;
+	unsigned int max_pages;
+	struct work_struct refill;
 };
 
 /* One page-table entry of an armed mapping: a 4K page or a 2M page. */
@@ -78,6 +98,7 @@ struct ng_mapping {
 	unsigned long len;	/* bytes from base, whole pages */
 	bool live;		/* armed and listed (ng_lock) */
 	unsigned int npages;
+	unsigned int capacity;	/* entries pages[] has room for */
 	struct ng_page pages[];
 };
 
@@ -136,7 +157,14 @@ void ng_flush_soon(void);
 void ng_flush_init(void);
 void ng_flush_sync(void);
 struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
-				    unsigned long size, gfp_t gfp, int *err);
+				    unsigned long size, int *err);
+int ng_mapping_prepare(struct ng_mapping *m, unsigned long virt, phys_addr_t phys,
+		       unsigned long size);
+void ng_mapping_free(struct ng_mapping *m);
+int ng_spares_init(struct ng_filter *f);
+void ng_spares_free(struct ng_filter *f);
+struct ng_mapping *ng_spare_get(struct ng_filter *f);
+void ng_spare_put(struct ng_filter *f, struct ng_mapping *m);
 int ng_mapping_arm(struct ng_mapping *m, struct ng_filter *f);
 void ng_mapping_disarm(struct ng_mapping *m);
 struct ng_mapping *ng_find_mapping(unsigned long addr);
@@ -155,7 +183,9 @@ void ng_probes_exit(void);
 
 /* mmiotng_fault.c */
 void ng_report(const struct mmiotng_access *a);
+void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err);
 void __iomem *ng_shadow_addr(unsigned long addr, unsigned int width);
+bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width);
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 		    unsigned long addr, unsigned long ip,
 		    const u8 *bytes, unsigned int nbytes);

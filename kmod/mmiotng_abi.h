@@ -8,7 +8,11 @@
  *    tracepoint MMIOTNG_ACCESS_TP with one argument, a
  *    const struct mmiotng_access *; the BPF side attaches a raw tracepoint
  *    program there and copies *a.  Writes to trace_marker fire
- *    MMIOTNG_MARK_TP(const char *text, __u32 len) the same way.
+ *    MMIOTNG_MARK_TP(const char *text, __u32 len) the same way.  Every
+ *    mapping of a traced range fires MMIOTNG_MAP_TP(const struct
+ *    mmiotng_map *m) when the module arms it (err 0: its MAP record) or
+ *    leaves it unarmed (err < 0, why: it is NOT traced); the module is the
+ *    one authority on what is traced.
  * 2. The generic-netlink family MMIOTNG_GENL_NAME: commands and attributes.
  *    MMIOTNG_ABI_VERSION changes whenever either part does; STATUS
  *    reports the version of the loaded module.
@@ -18,15 +22,19 @@
 
 #include <linux/types.h>
 
+#ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
 #define MMIOTNG_ABI_VERSION	2
+#endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
  * mmiotng_mark(const char *text, __u32 len): a trace_marker write; text
  * points to MMIOTNG_MARK_MAX readable bytes, len <= MMIOTNG_MARK_MAX
  */
 #define MMIOTNG_MARK_TP		"mmiotng_mark"
+#define MMIOTNG_MAP_TP		"mmiotng_map"
 #define MMIOTNG_MARK_MAX	1024
 #define MMIOTNG_INSN_BYTES	8
+#define MMIOTNG_MAX_FILTERS	64	/* traced ranges (BARs, ROMs) at a time */
 
 /* enum mmiotng_op: what an access did */
 #define MMIOTNG_OP_READ		0
@@ -52,6 +60,15 @@ struct mmiotng_access {
 	__u8 pad[2];
 	__u8 insn[MMIOTNG_INSN_BYTES];	/* first bytes of the instruction */
 	__u64 ts_ns;		/* when it happened (ktime_get_mono_fast_ns), 0: now */
+};
+
+/* The argument of MMIOTNG_MAP_TP. */
+struct mmiotng_map {
+	__u64 virt;		/* address ioremap returned */
+	__u64 phys;		/* as passed to ioremap */
+	__u64 size;		/* as passed to ioremap */
+	__s32 err;		/* 0: armed, traced; else -errno: not traced */
+	__u32 pad;
 };
 
 /* Generic netlink */

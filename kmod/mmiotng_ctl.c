@@ -127,8 +127,7 @@ int ng_filter_add(phys_addr_t start, u64 size)
 	unsigned long flags;
 
 	lockdep_assert_held(&ng_mutex);
-	if (!size || size > NG_MAX_FILTER_SIZE || start + size < start ||
-	    !PAGE_ALIGNED(start) || !PAGE_ALIGNED(size))
+	if (!size || size > NG_MAX_FILTER_SIZE || start + size < start)
 		return -EINVAL;
 	/* device memory of a PCI device only: not RAM, not page 0, not the HPET */
 	if (!ng_in_pci_bar(start, size))
@@ -142,8 +141,15 @@ int ng_filter_add(phys_addr_t start, u64 size)
 		return -ENOMEM;
 	f->start = start;
 	f->size = size;
-	f->shadow = ioremap(start, size);
+	f->page_start = start & PAGE_MASK;
+	f->page_len = PAGE_ALIGN(start + size) - f->page_start;
+	if (ng_spares_init(f)) {
+		kfree(f);
+		return -ENOMEM;
+	}
+	f->shadow = ioremap(f->page_start, f->page_len);
 	if (!f->shadow) {
+		ng_spares_free(f);
 		kfree(f);
 		return -ENOMEM;
 	}
@@ -184,8 +190,9 @@ static void ng_teardown(struct ng_filter *only)
 	synchronize_rcu();
 	ng_wait_steps();
 	list_for_each_entry_safe(m, mtmp, &dead_maps, dead)
-		kfree(m);
+		ng_mapping_free(m);
 	list_for_each_entry_safe(f, ftmp, &dead_filters, dead) {
+		ng_spares_free(f);
 		iounmap(f->shadow);
 		kfree(f);
 	}
@@ -222,7 +229,7 @@ static bool ng_is_shadow(unsigned long virt, u64 size)
 	list_for_each_entry(f, &ng_filters, node) {
 		unsigned long s = (unsigned long)f->shadow;
 
-		if (virt < s + f->size && s < virt + size)
+		if (virt < s + f->page_len && s < virt + size)
 			return true;
 	}
 	return false;
@@ -247,7 +254,7 @@ static bool ng_overlaps_mapping(unsigned long base, unsigned long len)
  */
 int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 {
-	struct ng_mapping *m;
+	struct ng_mapping *m = NULL;
 	struct ng_filter *f;
 	unsigned long flags;
 	int ret;
@@ -257,24 +264,31 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 	    !is_vmalloc_addr((void *)virt) || !is_vmalloc_addr((void *)(virt + size - 1)) ||
 	    (virt & ~PAGE_MASK) != (phys & ~PAGE_MASK))
 		return -EINVAL;
-	f = ng_find_filter(phys, size);
-	if (!f)
-		return -ENOENT;
 	if (ng_is_shadow(virt, size))
 		return -EPERM;
-	m = ng_mapping_alloc(virt, phys, size, GFP_KERNEL, &ret);
-	if (!m)
-		return ret;
-	ng_lock_irqsave(&flags);
-	if (ng_unmap_in_flight(m->base, m->len))
-		ret = -EBUSY;
-	else if (ng_overlaps_mapping(m->base, m->len))
-		ret = -EEXIST;
+	f = ng_find_filter(phys, size);
+	if (!f)
+		ret = -ENOENT;
 	else
-		ret = ng_mapping_arm(m, f);
-	ng_unlock_irqrestore(flags);
+		m = ng_mapping_alloc(virt, phys, size, &ret);
+	if (m) {
+		ng_lock_irqsave(&flags);
+		if (ng_unmap_in_flight(m->base, m->len))
+			ret = -EBUSY;
+		else if (ng_overlaps_mapping(m->base, m->len))
+			ret = -EEXIST;
+		else
+			ret = ng_mapping_arm(m, f);
+		ng_unlock_irqrestore(flags);
+	}
+	/* armed already (by the ioremap probe): traced, nothing to report */
+	if (ret != -EEXIST)
+		ng_report_map(virt, phys, size, ret);
 	if (ret) {
-		kfree(m);
+		if (ret != -EEXIST)
+			this_cpu_inc(ng_stats.refused);
+		if (m)
+			ng_mapping_free(m);
 		return ret;
 	}
 	ng_flush_all();

@@ -57,6 +57,16 @@ void ng_report(const struct mmiotng_access *a)
 	trace_mmiotng_access(a);
 }
 
+/* A mapping of a traced range was armed (err 0) or left unarmed (why). */
+void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err)
+{
+	struct mmiotng_map ev = {
+		.virt = virt, .phys = phys, .size = size, .err = err,
+	};
+
+	trace_mmiotng_map(&ev);
+}
+
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 		    unsigned long addr, unsigned long ip,
 		    const u8 *bytes, unsigned int nbytes)
@@ -103,21 +113,38 @@ static bool ng_is_string(const struct ng_insn *insn)
 	return insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS;
 }
 
-/* Translate addr of an armed mapping to the shadow; NULL if not MMIO. */
+/* Whether [phys, phys + width) lies inside the traced range of f. */
+bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width)
+{
+	return phys >= f->start && phys + width <= f->start + f->size;
+}
+
+/*
+ * Translate addr of an armed mapping to the shadow; NULL if not MMIO.  The
+ * shadow covers the filter's whole pages: *mp is set, and the caller asks
+ * ng_in_filter() whether the access is one to report.
+ */
 static void __iomem *ng_shadow(unsigned long addr, unsigned int width,
 			       struct ng_mapping **mp)
 {
 	struct ng_mapping *m = ng_find_mapping(addr);
+	const struct ng_filter *f;
 	phys_addr_t phys;
 
 	if (!m)
 		return NULL;
+	f = m->filter;
 	phys = m->phys + (addr - m->virt);
-	if (phys < m->filter->start ||
-	    phys + width > m->filter->start + m->filter->size)
+	if (phys < f->page_start || phys + width > f->page_start + f->page_len)
 		return NULL;
 	*mp = m;
-	return m->filter->shadow + (phys - m->filter->start);
+	return f->shadow + (phys - f->page_start);
+}
+
+/* Whether an access through m at addr is inside the traced BAR. */
+static bool ng_reported(const struct ng_mapping *m, unsigned long addr, unsigned int width)
+{
+	return ng_in_filter(m->filter, m->phys + (addr - m->virt), width);
 }
 
 /* The shadow address of [addr, addr + width), under RCU; NULL if not MMIO. */
@@ -229,6 +256,8 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 			return ret;
 	}
 	*val = ng_io_read(io, width);
+	if (!ng_reported(m, addr, width))
+		return 0;	/* beside a small BAR, in its page: not traced */
 	ng_describe(c, m, addr, MMIOTNG_OP_READ, width, *val);
 	/*
 	 * String reads are unknown to the kernel's decoder whatever the
@@ -274,6 +303,10 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 		default:
 			return -EINVAL;
 		}
+		return 0;
+	}
+	if (!ng_reported(m, addr, width)) {
+		ng_io_write(io, width, val);	/* beside a small BAR: not traced */
 		return 0;
 	}
 	ng_describe(c, m, addr, MMIOTNG_OP_WRITE, width, val);

@@ -29,6 +29,7 @@
 #include <linux/slab.h>
 #include <linux/smp.h>
 #include <linux/irq_work.h>
+#include <linux/workqueue.h>
 #include <asm/tlbflush.h>
 #include <asm/pgtable.h>
 
@@ -75,7 +76,8 @@ static void ng_flush_irq_work(struct irq_work *w)
 	ng_flush_now();
 }
 
-static DEFINE_IRQ_WORK(ng_flush_iw, ng_flush_irq_work);
+/* a hard irq_work: it runs in interrupt context on PREEMPT_RT too */
+static struct irq_work ng_flush_iw = IRQ_WORK_INIT_HARD(ng_flush_irq_work);
 
 /*
  * Flush every CPU as soon as possible; any context, NMI and the debug trap
@@ -272,30 +274,136 @@ static long ng_count_pages(unsigned long base, unsigned long len)
 	return n;
 }
 
-struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
-				    unsigned long size, gfp_t gfp, int *err)
+static struct ng_mapping *ng_mapping_new(unsigned int capacity)
+{
+	struct ng_mapping *m = kvzalloc(struct_size(m, pages, capacity), GFP_KERNEL);
+
+	if (m)
+		m->capacity = capacity;
+	return m;
+}
+
+void ng_mapping_free(struct ng_mapping *m)
+{
+	kvfree(m);
+}
+
+/* Describe a mapping in m, whose pages[] must have room.  Any context. */
+int ng_mapping_prepare(struct ng_mapping *m, unsigned long virt, phys_addr_t phys,
+		       unsigned long size)
 {
 	unsigned long base = virt & PAGE_MASK;
 	unsigned long len = PAGE_ALIGN((virt & ~PAGE_MASK) + size);
-	struct ng_mapping *m;
 	long npages = ng_count_pages(base, len);
 
-	if (npages < 0) {
-		*err = npages;
-		return NULL;
-	}
-	m = kzalloc(struct_size(m, pages, npages), gfp);
-	if (!m) {
-		*err = -ENOMEM;
-		return NULL;
-	}
+	if (npages < 0)
+		return npages;
+	if (npages > m->capacity)
+		return -E2BIG;
 	m->virt = virt;
 	m->phys = phys;
 	m->size = size;
 	m->base = base;
 	m->len = len;
 	m->npages = npages;
+	return 0;
+}
+
+/* A mapping described and ready to arm; process context. */
+struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
+				    unsigned long size, int *err)
+{
+	long npages = ng_count_pages(virt & PAGE_MASK,
+				     PAGE_ALIGN((virt & ~PAGE_MASK) + size));
+	struct ng_mapping *m;
+
+	if (npages < 0) {
+		*err = npages;
+		return NULL;
+	}
+	m = ng_mapping_new(npages);
+	if (!m) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	*err = ng_mapping_prepare(m, virt, phys, size);
+	if (*err) {
+		ng_mapping_free(m);
+		return NULL;
+	}
 	return m;
+}
+
+/* ---- spare mappings for the ioremap probe ----------------------------- */
+
+/*
+ * The ioremap probe runs with preemption off: on PREEMPT_RT the allocator
+ * takes sleeping locks there.  So each filter keeps NG_SPARES mappings with
+ * room for any mapping of its range (one page more than the range: an
+ * unaligned start), allocated in process context.
+ */
+static void ng_spares_refill(struct work_struct *w)
+{
+	struct ng_filter *f = container_of(w, struct ng_filter, refill);
+	struct ng_mapping *m;
+	unsigned long flags;
+
+	for (;;) {
+		m = ng_mapping_new(f->max_pages);
+		if (!m)
+			return;		/* the next probe finds none: refused, said */
+		ng_lock_irqsave(&flags);
+		if (f->nspare < NG_SPARES) {
+			f->spare[f->nspare++] = m;
+			m = NULL;
+		}
+		ng_unlock_irqrestore(flags);
+		if (m) {
+			ng_mapping_free(m);
+			return;
+		}
+	}
+}
+
+/* Before the filter is listed. */
+int ng_spares_init(struct ng_filter *f)
+{
+	f->max_pages = f->page_len / PAGE_SIZE + 1;
+	INIT_WORK(&f->refill, ng_spares_refill);
+	for (f->nspare = 0; f->nspare < NG_SPARES; f->nspare++) {
+		f->spare[f->nspare] = ng_mapping_new(f->max_pages);
+		if (!f->spare[f->nspare]) {
+			ng_spares_free(f);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* After the filter is unlisted: no probe can take or give back one. */
+void ng_spares_free(struct ng_filter *f)
+{
+	cancel_work_sync(&f->refill);
+	while (f->nspare)
+		ng_mapping_free(f->spare[--f->nspare]);
+}
+
+/* A spare of f, or NULL; ng_lock held.  Its replacement is on the way. */
+struct ng_mapping *ng_spare_get(struct ng_filter *f)
+{
+	if (!f->nspare)
+		return NULL;
+	schedule_work(&f->refill);
+	return f->spare[--f->nspare];
+}
+
+/* Give back a spare that was not used; ng_lock held. */
+void ng_spare_put(struct ng_filter *f, struct ng_mapping *m)
+{
+	if (f->nspare < NG_SPARES)
+		f->spare[f->nspare++] = m;
+	else
+		ng_mapping_free(m);	/* cannot happen: one was taken */
 }
 
 /*

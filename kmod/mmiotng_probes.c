@@ -101,23 +101,35 @@ static int ng_ioremap_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
 	return 0;
 }
 
-/* The filter a new mapping of [phys, phys + size) belongs to, if any. */
-static bool ng_wanted(phys_addr_t phys, unsigned long size)
+/*
+ * Whether a new mapping of [phys, phys + size) is for a filter: 0 if one
+ * contains it, -ENOENT if it only overlaps one (not traced), 1 if neither.
+ */
+static int ng_wanted(phys_addr_t phys, unsigned long size)
 {
 	unsigned long flags;
-	bool wanted;
+	int wanted = 1;
 
 	ng_lock_irqsave(&flags);
-	wanted = ng_find_filter(phys, size);
-	if (!wanted && ng_overlaps_filter(phys, size))
-		this_cpu_inc(ng_stats.refused);
+	if (ng_find_filter(phys, size))
+		wanted = 0;
+	else if (ng_overlaps_filter(phys, size))
+		wanted = -ENOENT;
 	ng_unlock_irqrestore(flags);
 	return wanted;
 }
 
+/* A mapping of a traced range stays unarmed: counted and reported. */
+static void ng_refuse(unsigned long virt, phys_addr_t phys, unsigned long size, int err)
+{
+	this_cpu_inc(ng_stats.refused);
+	ng_report_map(virt, phys, size, err);
+}
+
 /*
  * __ioremap_caller() returned: arm the new mapping before the driver can
- * use it.  Probe context, preemption off: GFP_ATOMIC, nothing printed.
+ * use it, and report it (its MAP record), or report why it is not traced.
+ * Probe context, preemption off: nothing allocated, nothing printed.
  */
 static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
@@ -126,23 +138,32 @@ static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 	struct ng_mapping *m;
 	struct ng_filter *f;
 	unsigned long flags;
-	int ret = -ENOENT;
+	int ret;
 
-	if (!virt || list_empty(&ng_filters) || !ng_wanted(a->phys, a->size))
+	if (!virt || list_empty(&ng_filters))
 		return 0;
-	/* allocated outside ng_lock: a raw spinlock is no place for it */
-	m = ng_mapping_alloc(virt, a->phys, a->size, GFP_ATOMIC, &ret);
-	ng_lock_irqsave(&flags);
-	f = ng_find_filter(a->phys, a->size);	/* it may have gone meanwhile */
-	if (m && f)
-		ret = ng_mapping_arm(m, f);
-	ng_unlock_irqrestore(flags);
-	if (!m || !f || ret) {
-		kfree(m);
-		if (f)
-			this_cpu_inc(ng_stats.refused);
+	ret = ng_wanted(a->phys, a->size);
+	if (ret) {
+		if (ret < 0)
+			ng_refuse(virt, a->phys, a->size, ret);
 		return 0;
 	}
+	/* a spare made ready in process context: nothing is allocated here */
+	ng_lock_irqsave(&flags);
+	f = ng_find_filter(a->phys, a->size);	/* it may have gone meanwhile */
+	m = f ? ng_spare_get(f) : NULL;
+	ret = m ? ng_mapping_prepare(m, virt, a->phys, a->size) : -ENOMEM;
+	if (!ret)
+		ret = ng_mapping_arm(m, f);
+	if (ret && m)
+		ng_spare_put(f, m);
+	ng_unlock_irqrestore(flags);
+	if (ret) {
+		if (f)
+			ng_refuse(virt, a->phys, a->size, ret);
+		return 0;
+	}
+	ng_report_map(virt, a->phys, a->size, 0);
 	if (irqs_disabled())
 		ng_flush_soon();
 	else
@@ -161,7 +182,7 @@ static struct kretprobe ng_ioremap_probe = {
 
 static void ng_free_rcu(struct rcu_head *head)
 {
-	kfree(container_of(head, struct ng_mapping, rcu));
+	ng_mapping_free(container_of(head, struct ng_mapping, rcu));
 }
 
 /* iounmap() entry: put the pages back before the area is freed. */

@@ -54,6 +54,7 @@ struct ng_step {
 	unsigned int npages;
 	unsigned long ip;	/* the stepped instruction */
 	bool lockless;		/* an NMI on a CPU that holds ng_lock */
+	bool quiet;		/* beside a small BAR, in its page: not reported */
 	unsigned long saved_flags;
 	struct ng_insn insn;
 	bool decoded;
@@ -249,6 +250,7 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 	ng_fill_access(&s->acc, m, addr, regs->ip, bytes, nbytes);
 	ng_fill_compat(&s->acc, bytes, nbytes, regs);
 	s->ip = regs->ip;
+	s->quiet = !ng_in_filter(m->filter, m->phys + (addr - m->virt), 1);
 	s->decoded = decoded;
 	if (decoded)
 		s->insn = *insn;
@@ -301,10 +303,12 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 	}
 	/* stores were filled in when the step started */
 	ng_step_report();	/* the previous one, if still there */
-	acc->ts_ns = ktime_get_mono_fast_ns();
-	s->done = *acc;
-	WRITE_ONCE(s->done_pending, true);
-	irq_work_queue(this_cpu_ptr(&ng_report_iw));
+	if (!s->quiet) {
+		acc->ts_ns = ktime_get_mono_fast_ns();
+		s->done = *acc;
+		WRITE_ONCE(s->done_pending, true);
+		irq_work_queue(this_cpu_ptr(&ng_report_iw));
+	}
 
 	if (s->npages && s->lockless) {
 		for (i = 0; i < s->npages; i++)
@@ -366,8 +370,12 @@ int ng_step_init(void)
 {
 	int cpu;
 
-	for_each_possible_cpu(cpu)
-		init_irq_work(per_cpu_ptr(&ng_report_iw, cpu), ng_report_irq_work);
+	/* hard irq_works: in interrupt context on PREEMPT_RT too */
+	for_each_possible_cpu(cpu) {
+		struct irq_work *w = per_cpu_ptr(&ng_report_iw, cpu);
+
+		*w = IRQ_WORK_INIT_HARD(ng_report_irq_work);
+	}
 	return register_die_notifier(&ng_die_nb);
 }
 

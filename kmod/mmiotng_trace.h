@@ -43,6 +43,21 @@ TRACE_EVENT(mmiotng_mark,
 	    TP_printk("len=%u", __entry->len)
 );
 
+TRACE_EVENT(mmiotng_map,
+	    TP_PROTO(const struct mmiotng_map *m),
+	    TP_ARGS(m),
+	    TP_STRUCT__entry(__field(u64, virt)
+			     __field(u64, phys)
+			     __field(u64, size)
+			     __field(s32, err)),
+	    TP_fast_assign(__entry->virt = m->virt;
+			   __entry->phys = m->phys;
+			   __entry->size = m->size;
+			   __entry->err = m->err;),
+	    TP_printk("0x%llx 0x%llx 0x%llx err=%d", __entry->phys, __entry->size,
+		      __entry->virt, __entry->err)
+);
+
 #endif /* MMIOTNG_TRACE_H */
 
 #undef TRACE_INCLUDE_PATH

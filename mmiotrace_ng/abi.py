@@ -14,8 +14,10 @@ from typing import Final
 MMIOTNG_ABI_VERSION: Final = 2
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
+MMIOTNG_MAP_TP: Final = "mmiotng_map"
 MMIOTNG_MARK_MAX: Final = 1024
 MMIOTNG_INSN_BYTES: Final = 8
+MMIOTNG_MAX_FILTERS: Final = 64
 
 # enum mmiotng_op (as #defines in the header)
 MMIOTNG_OP_READ: Final = 0
@@ -139,10 +141,25 @@ class MmiotngAccess(ctypes.Structure):
     ]
 
 
+class MmiotngMap(ctypes.Structure):
+    """struct mmiotng_map: the argument of the mmiotng_map tracepoint."""
+
+    _fields_ = [
+        ("virt", ctypes.c_uint64),
+        ("phys", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("err", ctypes.c_int32),
+        ("pad", ctypes.c_uint32),
+    ]
+
+
 # C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
 # Module constants named MMIOTNG_* are mirrors of the header's #defines/enum members.
 C_PREFIX: Final = "MMIOTNG_"
-C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {"mmiotng_access": MmiotngAccess}
+C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
+    "mmiotng_access": MmiotngAccess,
+    "mmiotng_map": MmiotngMap,
+}
 C_ENUMS: Final[dict[str, type[IntEnum]]] = {
     "mmiotng_cmd": MmiotngCmd,
     "mmiotng_attr": MmiotngAttr,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import fcntl
 import os
@@ -16,9 +17,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from . import pci
-from .abi import MMIOTNG_MODE_SINGLESTEP
-from .loader import LoaderError, Probes, Ranges, monotonic_ns
-from .render import ENCODING, ERRORS, Renderer, lost_line, map_line, stream_header
+from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
+from .loader import LoaderError, Probes
+from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
 from .ringbuf import payloads
 
 EXIT_USAGE = 2
@@ -189,7 +190,7 @@ class Session:
         # go, the order of a normal exit.
         print("mmiotrace-ng: loading and attaching the BPF programs ...", file=sys.stderr,
               flush=True)
-        self.probes = Probes(Ranges(ranges, self.args.all), self.args.buffer_size_kb)
+        self.probes = Probes(self.args.all, self.args.buffer_size_kb)
         try:
             self.helper = HelperSocket()
             for lo, hi in ranges:
@@ -205,15 +206,13 @@ class Session:
         if self.raw:
             self.raw.header(header)
         if not self.args.no_existing:
+            # each gets its MAP record from the helper, or a NOT traced one
             for m in existing_mappings(ranges, read_vmallocinfo()):
-                try:
+                with contextlib.suppress(HelperError):
+                    # a refusal is said by the helper's NOT traced record (in
+                    # the stream and on stderr); EEXIST: armed already, by
+                    # the ioremap probe; EPERM: the helper's own mapping
                     self.helper.arm_existing(m.virt, m.size, m.phys)
-                except HelperError as exc:
-                    print(f"mmiotrace-ng: cannot trace the existing mapping at {m.virt:#x}: "
-                          f"{exc}", file=sys.stderr)
-                    continue
-                map_id = self.probes.add_mapping(m.virt)
-                self.write(map_line_now(map_id, m, self.renderer))
 
     def pump(self, timeout_ms: int) -> None:
         """Print what the ring buffer holds (at most BATCH records), waiting
@@ -240,6 +239,9 @@ class Session:
         if not view:
             return True
         text, used = self.renderer.feed_ring(view, limit)
+        for note in self.renderer.untraced:
+            print(note, file=sys.stderr, flush=True)
+        self.renderer.untraced.clear()
         if self.raw and used:
             self.raw.records(payloads(view[:used])[0])
         view.release()
@@ -316,15 +318,6 @@ def render_raw(argv: list[str]) -> int:
     return 0
 
 
-def map_line_now(map_id: int, m: Existing, renderer: Renderer) -> str:
-    from .records import NgRecMap
-
-    rec = NgRecMap()
-    rec.hdr.ts_ns = monotonic_ns()
-    rec.phys, rec.virt, rec.len, rec.map_id = m.phys, m.virt, m.size, map_id
-    return map_line(rec, renderer.options)
-
-
 def trace(args: argparse.Namespace) -> int:
     check_environment()
     ranges: list[tuple[int, int]] = []
@@ -334,6 +327,9 @@ def trace(args: argparse.Namespace) -> int:
                 ranges.append((bar.start, bar.end + 1))
         except pci.PciError as exc:
             raise UsageError(str(exc)) from exc
+    if len(ranges) > MMIOTNG_MAX_FILTERS:
+        raise UsageError(f"{len(ranges)} BARs and ROMs to trace; the helper traces at most "
+                         f"{MMIOTNG_MAX_FILTERS} at a time (fewer devices)")
     lock = single_instance()
     from .kmodload import ensure_loaded
 
@@ -373,6 +369,7 @@ def trace(args: argparse.Namespace) -> int:
     s = r.stats()
     print(f"mmiotrace-ng: {sum(r.counts.values())} records (map {s['map']}, unmap "
           f"{s['unmap']}, access {s['access']}, mark {s['mark']}), lost {r.lost}"
+          + (f", {s['untraced']} mappings NOT traced" if s["untraced"] else "")
           + (f", {r.bad} corrupt records skipped" if r.bad else ""), file=sys.stderr)
     return status
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import os
 import re
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from .abi import MMIOTNG_ACCESS_TP, MMIOTNG_MARK_TP
+from .abi import MMIOTNG_ACCESS_TP, MMIOTNG_MAP_TP, MMIOTNG_MARK_TP
 from .bpfobj import (
     CACHE_DIR,
     BpfObject,
@@ -22,13 +21,7 @@ from .bpfobj import (
     relocate,
     store,
 )
-from .records import (
-    NG_CONFIG_ALL,
-    NG_CONFIG_NR_RANGES,
-    NG_CONFIG_TRACER,
-    NG_MAX_RANGES,
-    NgRange,
-)
+from .records import NG_CONFIG_ALL, NG_CONFIG_TRACER
 from .ringbuf import RingReader
 
 PKG = Path(__file__).resolve().parent
@@ -60,27 +53,21 @@ def kernel_functions(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n in found]
 
 
-@dataclass
-class Ranges:
-    """Physical ranges whose mappings produce MAP/UNMAP (or every one)."""
-
-    ranges: list[tuple[int, int]]   # (start, end exclusive)
-    all_maps: bool = False
-
-
-PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark")
+PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
+            "on_map")
 BPF_PROG_TYPE_KPROBE = 2
 BPF_PROG_TYPE_RAW_TRACEPOINT = 17
 # Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
 # also run when the access is made from inside another kprobe's handler).
-TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP}
+TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP,
+                       "on_map": MMIOTNG_MAP_TP}
 BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
 # 0: the kernel's default number of return-probe instances (2 per CPU, at
 # least 10).  Any other value makes libbcc define a tracefs kprobe event,
 # which would outlive a killed tracer; a missed return is counted as lost by
 # on_ioremap_entry.
 KRETPROBE_MAXACTIVE = 0
-VERIFIER_LOG_BYTES = 16 << 20   # for the message when a program is refused
+VERIFIER_LOG_BYTES = 1 << 20   # for the message when a program is refused
 
 
 @functools.cache
@@ -154,7 +141,7 @@ class Probes:
     Everything is held by file descriptors of this process: if it dies, the
     kernel detaches the programs and frees the maps."""
 
-    def __init__(self, ranges: Ranges, buffer_kb: int,
+    def __init__(self, all_maps: bool, buffer_kb: int,
                  cache_dir: Path | None = CACHE_DIR) -> None:
         self.lib, bcc_version = _libbcc()
         self.fds: list[int] = []               # maps and programs
@@ -165,9 +152,6 @@ class Probes:
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
-        if len(ranges.ranges) > NG_MAX_RANGES:
-            raise LoaderError(f"{len(ranges.ranges)} address ranges to trace; at most "
-                              f"{NG_MAX_RANGES} (fewer devices at a time)")
         cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
         source = source_dir("bpf") / "mmiotrace_ng.bpf.c"
         headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
@@ -182,9 +166,9 @@ class Probes:
                 store(key, obj, cache_dir)
         try:
             self.maps = self._create_maps(obj)
-            self._configure(ranges)
+            self._configure(all_maps)
             self.progs = self._load_programs(obj)
-            self._attach()
+            self._attach(all_maps)
             self.ring = RingReader(self.maps["events"], self.buffer_bytes)
         except BaseException:
             self.close()
@@ -205,15 +189,11 @@ class Probes:
         self._by_old = by_old
         return fds
 
-    def _configure(self, ranges: Ranges) -> None:
-        """What to trace, into the maps "ranges" and "config", before any
-        program runs.  The tracer's pid goes in too: the helper's own mappings
-        are made from this process and must stay out of the trace."""
-        for i, (start, end) in enumerate(ranges.ranges):
-            self._update("ranges", ctypes.c_int(i), NgRange(start, end))
-        for slot, value in ((NG_CONFIG_TRACER, os.getpid()),
-                            (NG_CONFIG_ALL, int(ranges.all_maps)),
-                            (NG_CONFIG_NR_RANGES, len(ranges.ranges))):
+    def _configure(self, all_maps: bool) -> None:
+        """The settings, into the map "config", before any program runs: the
+        tracer's pid (the helper's own mappings are made from this process
+        and must stay out of an --all trace) and --all."""
+        for slot, value in ((NG_CONFIG_TRACER, os.getpid()), (NG_CONFIG_ALL, int(all_maps))):
             self._update("config", ctypes.c_int(slot), ctypes.c_uint32(value))
 
     def _load_programs(self, obj: BpfObject) -> dict[str, int]:
@@ -224,12 +204,19 @@ class Probes:
             except (KeyError, ObjectError) as exc:
                 raise LoaderError(f"the BPF object is unusable: {exc}") from exc
             fd = self._load_one(name, code, obj, None)
-            if fd < 0:      # again, for the verifier's reasons
+            if fd < 0:
+                err = ctypes.get_errno() or -fd
+                if err in (errno.E2BIG, errno.ENOSPC):
+                    # the verifier gave up on the program's size: its log would
+                    # take as long again to write, and says no more
+                    raise LoaderError(f"the kernel's verifier refused the BPF program {name}: "
+                                      f"{os.strerror(err)} (too complex for this kernel)")
                 log = ctypes.create_string_buffer(VERIFIER_LOG_BYTES)
-                fd = self._load_one(name, code, obj, log)
+                fd = self._load_one(name, code, obj, log)   # again, for the reasons
                 if fd < 0:
-                    raise LoaderError(f"the kernel refused the BPF program {name}: "
-                                      + log.value.decode(errors="replace")[-2000:])
+                    tail = log.value.decode(errors="replace").strip().splitlines()[-12:]
+                    raise LoaderError(f"the kernel refused the BPF program {name} "
+                                      f"({os.strerror(err)}):\n" + "\n".join(tail))
             self.fds.append(fd)
             out[name] = fd
         return out
@@ -253,9 +240,11 @@ class Probes:
             raise LoaderError(f"cannot attach a kprobe to {event}")
         self.probe_fds.append((ev_name.encode(), fd))
 
-    def _attach(self) -> None:
-        family = kernel_functions(IOREMAP_FAMILY)
-        if not family:
+    def _attach(self, all_maps: bool) -> None:
+        """The helper's tracepoints; the ioremap family only for --all (the
+        MAP of the mappings the helper does not arm)."""
+        family = kernel_functions(IOREMAP_FAMILY) if all_maps else []
+        if all_maps and not family:
             raise LoaderError("this kernel has no ioremap function to probe")
         for fn in family:
             self._attach_one(BPF_PROBE_ENTRY, fn, "on_ioremap_entry")
@@ -309,15 +298,6 @@ class Probes:
             out.append(sum(vals))
         return out[0], out[1]
 
-    def add_mapping(self, virt: int) -> int:
-        """Give a mapping armed by the loader a map id, as on_ioremap_return does."""
-        cur = (ctypes.c_uint32 * 1)()
-        self._lookup("next_map_id", ctypes.c_int(0), cur)
-        map_id = cur[0] + 1
-        self._update("next_map_id", ctypes.c_int(0), ctypes.c_uint32(map_id))
-        self._update("map_ids", ctypes.c_uint64(virt), ctypes.c_int32(map_id))
-        return map_id
-
     def close(self) -> None:
         if self.ring is not None:
             self.ring.close()
@@ -335,6 +315,3 @@ class Probes:
 
 
 
-def monotonic_ns() -> int:
-    """The clock of bpf_ktime_get_ns()."""
-    return time.monotonic_ns()

@@ -22,7 +22,6 @@ from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRI
 
 NG_MARK_MAX: Final = 1024
 NG_INSN_BYTES: Final = 8
-NG_MAX_RANGES: Final = 64
 
 
 class NgRecType(IntEnum):
@@ -32,12 +31,14 @@ class NgRecType(IntEnum):
     NG_REC_UNMAP = 2
     NG_REC_ACCESS = 3
     NG_REC_MARK = 4
+    NG_REC_UNTRACED = 5
 
 
 NG_REC_MAP: Final = NgRecType.NG_REC_MAP
 NG_REC_UNMAP: Final = NgRecType.NG_REC_UNMAP
 NG_REC_ACCESS: Final = NgRecType.NG_REC_ACCESS
 NG_REC_MARK: Final = NgRecType.NG_REC_MARK
+NG_REC_UNTRACED: Final = NgRecType.NG_REC_UNTRACED
 
 #: the op values an access record may carry (MMIOTNG_OP_* of kmod/mmiotng_abi.h)
 VALID_OPS: Final = frozenset((MMIOTNG_OP_READ, MMIOTNG_OP_WRITE, MMIOTNG_OP_UNKNOWN))
@@ -52,20 +53,12 @@ class NgConfig(IntEnum):
 
     NG_CONFIG_TRACER = 0
     NG_CONFIG_ALL = 1
-    NG_CONFIG_NR_RANGES = 2
-    NG_CONFIG_SLOTS = 3
+    NG_CONFIG_SLOTS = 2
 
 
 NG_CONFIG_TRACER: Final = NgConfig.NG_CONFIG_TRACER
 NG_CONFIG_ALL: Final = NgConfig.NG_CONFIG_ALL
-NG_CONFIG_NR_RANGES: Final = NgConfig.NG_CONFIG_NR_RANGES
 NG_CONFIG_SLOTS: Final = NgConfig.NG_CONFIG_SLOTS
-
-
-class NgRange(ctypes.Structure):
-    """struct ng_range: an entry of the BPF map "ranges" (end exclusive)."""
-
-    _fields_ = [("start", ctypes.c_uint64), ("end", ctypes.c_uint64)]
 
 
 class NgRecHdr(ctypes.Structure):
@@ -102,7 +95,7 @@ class NgRecAccess(ctypes.Structure):
 
 
 class NgRecMap(ctypes.Structure):
-    """struct ng_rec_map: an ioremap of a traced range."""
+    """struct ng_rec_map: an ioremap the helper armed (with --all: any other too)."""
 
     _fields_ = [
         ("hdr", NgRecHdr),
@@ -138,13 +131,27 @@ class NgRecMark(ctypes.Structure):
     ]
 
 
-Record = NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark
+class NgRecUntraced(ctypes.Structure):
+    """struct ng_rec_untraced: a mapping of a traced range the helper left unarmed."""
+
+    _fields_ = [
+        ("hdr", NgRecHdr),
+        ("phys", ctypes.c_uint64),
+        ("virt", ctypes.c_uint64),
+        ("len", ctypes.c_uint64),
+        ("err", ctypes.c_int32),
+        ("pid", ctypes.c_uint32),
+    ]
+
+
+Record = NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced
 
 RECORD_CLASSES: Final[dict[NgRecType, type[ctypes.Structure]]] = {
     NgRecType.NG_REC_MAP: NgRecMap,
     NgRecType.NG_REC_UNMAP: NgRecUnmap,
     NgRecType.NG_REC_ACCESS: NgRecAccess,
     NgRecType.NG_REC_MARK: NgRecMark,
+    NgRecType.NG_REC_UNTRACED: NgRecUntraced,
 }
 
 # C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
@@ -156,7 +163,7 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_map": NgRecMap,
     "ng_rec_unmap": NgRecUnmap,
     "ng_rec_mark": NgRecMark,
-    "ng_range": NgRange,
+    "ng_rec_untraced": NgRecUntraced,
 }
 C_ENUMS: Final[dict[str, type[IntEnum]]] = {
     "ng_rec_type": NgRecType,

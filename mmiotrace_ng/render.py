@@ -30,6 +30,7 @@ from mmiotrace_ng.records import (
     NgRecMark,
     NgRecType,
     NgRecUnmap,
+    NgRecUntraced,
     Record,
     field,
     mark_text,
@@ -149,6 +150,34 @@ def mark_line(rec: NgRecMark) -> str:
     return FMT_MARK % (secs, usecs, text.decode(ENCODING, ERRORS))
 
 
+# Why the helper left a mapping of a traced range unarmed (-errno of the
+# mmiotng_map tracepoint, kmod/mmiotng_probes.c and mmiotng_ctl.c).
+UNTRACED_REASONS: Final[dict[int, str]] = {
+    2: "it is not inside one traced BAR",                   # ENOENT
+    12: "the helper ran out of memory",                     # ENOMEM
+    14: "its pages are not mapped (unmapped meanwhile?)",  # EFAULT
+    16: "it was being unmapped",                            # EBUSY
+    22: "its pages map another physical range",            # EINVAL
+    7: "its page-table entries changed while it was armed",  # E2BIG
+    95: "its pages are 1 GiB pages, which the helper does not arm",  # EOPNOTSUPP
+}
+
+
+def untraced_reason(err: int) -> str:
+    return UNTRACED_REASONS.get(-err, f"error {-err}")
+
+
+def untraced_text(rec: NgRecUntraced) -> str:
+    """What a MARK line (and the tracer's stderr) says of a mapping that is not traced."""
+    return (f"mmiotrace-ng: ioremap of 0x{rec.phys:x} size 0x{rec.len:x} at 0x{rec.virt:x} "
+            f"is NOT traced: {untraced_reason(rec.err)}")
+
+
+def untraced_line(rec: NgRecUntraced) -> str:
+    secs, usecs = ts_parts(rec.hdr.ts_ns)
+    return FMT_MARK % (secs, usecs, untraced_text(rec) + "\n")
+
+
 def record_text(rec: Record, opts: Options = DEFAULT_OPTIONS) -> str:
     """The text of one parsed record: the lost-events marker if the record says
     events were dropped before it, then its line."""
@@ -159,6 +188,8 @@ def record_text(rec: Record, opts: Options = DEFAULT_OPTIONS) -> str:
         return lost + map_line(rec, opts)
     if isinstance(rec, NgRecUnmap):
         return lost + unmap_line(rec, opts)
+    if isinstance(rec, NgRecUntraced):
+        return lost + untraced_line(rec)
     return lost + mark_line(rec)
 
 
@@ -283,7 +314,9 @@ class Renderer:
     """Renders raw records with fixed options and counts them.
 
     counts: records rendered, by type; lost: events the records said were
-    dropped; bad: records rejected as corrupt (last_error says why)."""
+    dropped; bad: records rejected as corrupt (last_error says why);
+    untraced: what was said of each mapping that is not traced, for the
+    tracer to repeat on stderr (the caller empties it)."""
 
     def __init__(
         self, compat: bool = False, show_pc: bool = False, show_pid: bool = False
@@ -293,6 +326,7 @@ class Renderer:
         self.lost = 0
         self.bad = 0
         self.last_error: str | None = None
+        self.untraced: list[str] = []
         # The columns the fast path reads: the checked ones (the timestamp
         # among them), the map id, then the format's other arguments in its
         # order.
@@ -338,6 +372,8 @@ class Renderer:
             return ""
         self.counts[NgRecType(rec.hdr.type)] += 1
         self.lost += rec.hdr.lost
+        if isinstance(rec, NgRecUntraced):
+            self.untraced.append(untraced_text(rec))
         return text
 
     def feed_batch(self, raws: Iterable[bytes | bytearray | memoryview]) -> str:

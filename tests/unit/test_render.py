@@ -18,10 +18,12 @@ from mmiotrace_ng import render
 from mmiotrace_ng.records import (
     NG_MARK_MAX,
     NgRecAccess,
+    NgRecHdr,
     NgRecMap,
     NgRecMark,
     NgRecType,
     NgRecUnmap,
+    NgRecUntraced,
 )
 from mmiotrace_ng.render import ENCODING, ERRORS, Options, Renderer
 
@@ -90,7 +92,14 @@ def kernel_time(ns: int) -> tuple[int, int]:
 # --- oracle --------------------------------------------------------------------
 
 
-def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark, opts: Options) -> str:
+# What the stream says of a mapping the helper did not arm (errno -> words).
+C_UNTRACED = ("MARK %u.%06lu mmiotrace-ng: ioremap of 0x%llx size 0x%llx at 0x%llx "
+              "is NOT traced: %s\n")
+UNTRACED_WORDS = {-2: "it is not inside one traced BAR", -12: "the helper ran out of memory"}
+
+
+def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced,
+           opts: Options) -> str:
     """What the stream must hold for one record, from the C formats above."""
     text = c_printf(C_LOST, rec.hdr.lost) if rec.hdr.lost else ""
     secs, usecs = kernel_time(rec.hdr.ts_ns)
@@ -122,6 +131,9 @@ def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark, opts: Options) 
     elif isinstance(rec, NgRecUnmap):
         pc = rec.ip if opts.show_pc and not opts.compat else 0
         line = c_printf(C_UNMAP, secs, usecs, rec.map_id, pc, pid)
+    elif isinstance(rec, NgRecUntraced):
+        line = c_printf(C_UNTRACED, secs, usecs, rec.phys, rec.len, rec.virt,
+                        UNTRACED_WORDS[rec.err])
     else:
         # tracing_mark_write(): buf[cnt] = '\n' unless buf[cnt - 1] == '\n'
         msg = bytes(rec)[NgRecMark.text.offset :][: rec.len]
@@ -488,8 +500,14 @@ def random_records(n: int, seed: int) -> list[bytes]:
                     pid=i,
                 )
             )
-        elif roll < 0.87:
+        elif roll < 0.85:
             raw = bytes(unmapr(ts, rng.randrange(-1, 9), ip=i, pid=i))
+        elif roll < 0.87:
+            raw = bytes(NgRecUntraced(hdr=NgRecHdr(ts_ns=ts, type=NgRecType.NG_REC_UNTRACED,
+                                                   lost=rng.choice([0, 0, 3])),
+                                      phys=rng.getrandbits(40), virt=rng.getrandbits(64),
+                                      len=rng.getrandbits(20), err=rng.choice([-2, -12]),
+                                      pid=i))
         elif roll < 0.94:
             raw = raw_mark(
                 markr(
@@ -546,9 +564,12 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> Non
         "unmap": counts[NgRecType.NG_REC_UNMAP],
         "access": counts[NgRecType.NG_REC_ACCESS],
         "mark": counts[NgRecType.NG_REC_MARK],
+        "untraced": counts[NgRecType.NG_REC_UNTRACED],
         "lost": lost,
         "bad": bad,
     }
+    # what the stream says of each mapping that is not traced, for stderr too
+    assert len(single.untraced) == counts[NgRecType.NG_REC_UNTRACED]
 
 
 def test_bench_render_runs() -> None:

@@ -85,8 +85,11 @@ def test_vagrantfile_in_step_with_tests_run():
     assert 'libvirt.qemuargs value: "edu"' in vf
     assert "-device e1000,netdev=n0" in run
     assert 'libvirt.qemuargs value: "e1000,netdev=n0"' in vf
-    assert "--append 'modprobe.blacklist=e1000'" in run
-    assert "modprobe.blacklist=e1000" in vf
+    for dev in ("i6300esb", "sdhci-pci"):
+        assert f"--qemu '-device {dev}'" in run
+        assert f'libvirt.qemuargs value: "{dev}"' in vf
+    assert "--append 'modprobe.blacklist=e1000,i6300esb,sdhci_pci'" in run
+    assert "modprobe.blacklist=e1000,i6300esb,sdhci_pci" in vf
     # the same guest suite, with the switch that un-skips it
     assert "pytest -v -p no:cacheprovider tests/guest" in run
     assert "NGVM_GUEST=1" in vf
