@@ -59,4 +59,10 @@ log "building the kernel modules for $KVER"
 for d in kmod tests/drivers/edu_exerciser; do
     make -s -C "/lib/modules/$KVER/build" M="$repo/$d" modules >/dev/null
 done
+# a helper that says it is of another interface version, for the guest test
+# of a stale helper left loaded (tests/guest/test_reliability.py)
+stale="$repo/tests/artifacts/stale-helper"
+rm -rf "$stale" && mkdir -p "$stale" && cp "$repo"/kmod/*.[ch] "$repo/kmod/Kbuild" "$stale/"
+rm -f "$stale"/*.mod.c
+make -s -C "/lib/modules/$KVER/build" M="$stale" KCFLAGS=-DMMIOTNG_ABI_VERSION=1 modules >/dev/null
 echo "$KVER"

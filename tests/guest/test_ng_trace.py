@@ -247,24 +247,44 @@ def test_reading_resumes_after_overflow(edu, exerciser):
 E1000_ID = (0x8086, 0x100E)
 
 
+def _between(text: str, begin: str, end: str) -> str:
+    lines = text.splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and begin in ln)
+    last = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and end in ln)
+    return "".join(lines[first + 1:last])
+
+
 def test_e1000_matches_kernel():
-    """modprobe e1000 under both tracers: the same records in the same order."""
+    """modprobe e1000 under both tracers: the same records in the same order.
+
+    Both traced loads come after the same preparation: a load and unload (the
+    first load after boot reads other values), then 2 s for the link state
+    the unload left to settle, so that both find the device alike."""
     dev = find_pci_device(*E1000_ID)
     assert dev is not None, "boot the VM with --qemu '-device e1000,...'"
     subprocess.run(["rmmod", "e1000"], capture_output=True)
-    # one load first, so that both traced loads find the device in the state
-    # a previous driver left (the first load after boot reads other values)
-    subprocess.run(["modprobe", "e1000"], check=True)
-    subprocess.run(["rmmod", "e1000"], check=True)
     base = dev.bars[0][0]
-    kernel = capture(lambda: subprocess.run(["modprobe", "e1000"], check=True),
+
+    def prepared_load() -> None:
+        subprocess.run(["modprobe", "e1000"], check=True)
+        subprocess.run(["rmmod", "e1000"], check=True)
+        time.sleep(2.0)
+        MARKER.write_text("e1000-load\n")
+        subprocess.run(["modprobe", "e1000"], check=True)
+        MARKER.write_text("e1000-loaded\n")
+
+    kernel = capture(prepared_load, until=lambda text: "e1000-loaded" in text,
                      quiet=2.0, timeout=300)
     subprocess.run(["rmmod", "e1000"], check=True)
-    t = NgTracer(["--pci", dev.name, "--compat", "--", "modprobe", "e1000"], "ng-e1000")
-    t.start()
-    assert t.proc.wait(600) == 0, t.stderr()
-    ours = t.text()
+    t = NgTracer(["--pci", dev.name, "--compat"], "ng-e1000").start()
+    try:
+        prepared_load()
+        ours = t.wait_for("e1000-loaded")
+    finally:
+        assert t.stop() == 0, t.stderr()
     subprocess.run(["rmmod", "e1000"], check=True)
+    kernel = _between(kernel, "e1000-load", "e1000-loaded")
+    ours = _between(ours, "e1000-load", "e1000-loaded")
 
     def device_records(text: str) -> list[tuple]:
         return [r for r in to_records(text, base)

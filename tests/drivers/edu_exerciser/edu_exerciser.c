@@ -817,6 +817,25 @@ static int st_kprobe_read(struct edu_ex *ex, unsigned int count)
 	return ret ? ret : edu_result(ex);
 }
 
+/*
+ * A 16-byte window of BAR0 (the DMA source and destination registers at
+ * 0x80, 0x88), mapped on its own, as a driver maps a small BAR:
+ * writeq/readq 0x80, writel/readl 0x88.
+ */
+static int st_window16(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *p = ioremap(ex->start + EDU_REG_DMA_SRC, 16);
+
+	if (!p)
+		return -ENOMEM;
+	writeq(0x0123456789abcdefULL, p);
+	edu_check(ex, "readq window", readq(p), 0x0123456789abcdefULL);
+	writel(0x5a5aa5a5, p + 8);
+	edu_check(ex, "readl window", readl(p + 8), 0x5a5aa5a5);
+	iounmap(p);
+	return edu_result(ex);
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -824,6 +843,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "COUNT x (ioremap page 0; readl 0x00; iounmap)" },
 	{ "kprobe_read", st_kprobe_read, false,
 	  "readl 0x00 from a kprobe handler" },
+	{ "window16", st_window16, false,
+	  "ioremap of 0x80..0x8f only; writeq/readq 0x80, writel/readl 0x88" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
