@@ -164,6 +164,14 @@ def existing_mappings(ranges: list[tuple[int, int]], vmallocinfo: str) -> list[E
     return found
 
 
+class OutputError(Exception):
+    """The trace could not be written (a closed pipe, a full disk): tracing stops."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(exc.strerror)
+        self.exc = exc
+
+
 class Session:
     """One tracing run: helper filters, BPF probes, output."""
 
@@ -178,7 +186,16 @@ class Session:
 
     def write(self, text: str) -> None:
         if text:
-            self.out.write(text.encode(ENCODING, ERRORS))
+            try:
+                self.out.write(text.encode(ENCODING, ERRORS))
+            except OSError as exc:
+                raise OutputError(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self.out.flush()
+        except OSError as exc:
+            raise OutputError(exc) from exc
 
     def start(self, ranges: list[tuple[int, int]]) -> None:
         from .netlink import HelperError, HelperSocket
@@ -230,7 +247,7 @@ class Session:
             if pending:
                 self.write(lost_line(pending))
             self.renderer.lost = total
-            self.out.flush()
+            self.flush()
 
     def _render(self, view: memoryview, limit: int | None) -> bool:
         """Print the records at the start of view and release their space;
@@ -248,7 +265,7 @@ class Session:
         self.probes.consume(used)   # after the copies: the space is reused
         if text:
             self.write(text)
-            self.out.flush()
+            self.flush()
         return used > 0
 
     def disarm(self) -> None:
@@ -331,12 +348,25 @@ def trace(args: argparse.Namespace) -> int:
         raise UsageError(f"{len(ranges)} BARs and ROMs to trace; the helper traces at most "
                          f"{MMIOTNG_MAX_FILTERS} at a time (fewer devices)")
     lock = single_instance()
+    # the output first: a file that cannot be written stops the run before
+    # anything is loaded or armed
+    try:
+        out: BinaryIO = open(args.output, "wb") if args.output else sys.stdout.buffer
+    except OSError as exc:
+        os.close(lock)
+        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from exc
     from .kmodload import ensure_loaded
 
-    ensure_loaded(args.helper)
-    out: BinaryIO = open(args.output, "wb") if args.output else sys.stdout.buffer
+    try:
+        ensure_loaded(args.helper)
+    except LoaderError:
+        os.close(lock)
+        if args.output:
+            out.close()
+        raise
     session = Session(args, out)
     status = 0
+    failed: OSError | None = None
 
     def on_signal(signum: int, frame: object) -> None:
         session.stop = True
@@ -345,7 +375,7 @@ def trace(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         session.start(ranges)
-        out.flush()
+        session.flush()
         print("mmiotrace-ng: ready, tracing " + (", ".join(args.pci) or "all mappings"),
               file=sys.stderr, flush=True)
         child = None
@@ -360,11 +390,16 @@ def trace(args: argparse.Namespace) -> int:
                 status = child.returncode if child.returncode >= 0 else 128 - child.returncode
                 break
         session.finish()
+    except OutputError as exc:
+        failed = exc.exc    # everything is disarmed and detached below
     finally:
         session.close()
         os.close(lock)
         if args.output:
-            out.close()
+            with contextlib.suppress(OSError):
+                out.close()
+    if failed is not None:
+        return output_failed(failed, args.output)
     r = session.renderer
     s = r.stats()
     print(f"mmiotrace-ng: {sum(r.counts.values())} records (map {s['map']}, unmap "
@@ -372,6 +407,22 @@ def trace(args: argparse.Namespace) -> int:
           + (f", {s['untraced']} mappings NOT traced" if s["untraced"] else "")
           + (f", {r.bad} corrupt records skipped" if r.bad else ""), file=sys.stderr)
     return status
+
+
+def output_failed(exc: OSError, path: str | None) -> int:
+    """Tracing stopped because the trace could not be written.  A closed
+    pipe (mmiotrace-ng ... | head) ends it quietly, as a pipeline's tools do
+    (128 + SIGPIPE); any other error says why, exit status 2."""
+    if exc.errno == errno.EPIPE:
+        # nothing more may reach the closed pipe, not even at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+    where = path or "standard output"
+    print(f"mmiotrace-ng: cannot write the trace to {where}: {exc.strerror}; "
+          "tracing stopped, nothing left armed", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def mark(text: str) -> int:

@@ -103,9 +103,13 @@ class _PipeReader(threading.Thread):
         except BaseException as exc:  # noqa: BLE001 (re-raised by stop())
             self.error = exc
 
-    def text(self) -> str:
+    def data(self) -> bytes:
+        """The stream's bytes so far, exactly as trace_pipe gave them."""
         with self._lock:
-            return b"".join(self._chunks).decode(errors="replace")
+            return b"".join(self._chunks)
+
+    def text(self) -> str:
+        return self.data().decode(errors="replace")
 
     def stop(self) -> str:
         self._halt.set()
@@ -135,6 +139,7 @@ class KernelMmiotrace:
         self.copy_to = copy_to
         self.buffer_size_kb = buffer_size_kb
         self.text = ""
+        self.data = b""             # the same stream, as bytes
         self._reader: _PipeReader | None = None
         self._saved: dict[str, str] = {}
 
@@ -183,6 +188,7 @@ class KernelMmiotrace:
         try:
             if self._reader is not None:
                 self.text = self._reader.stop()
+                self.data = self._reader.data()
         finally:
             self._reader = None
             self._disable()

@@ -1,0 +1,106 @@
+"""The output side: the trace is a byte stream end to end, and a closed pipe,
+a full filesystem or a file that cannot be created stop tracing cleanly
+(nothing left armed, no traceback)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from kernel_tracer import KernelMmiotrace
+from ng_tracer import MARKER, NG, NgTracer, helper_status
+
+RUN = Path("/sys/kernel/debug/edu_exerciser/run")
+
+
+def assert_disarmed() -> None:
+    st = helper_status()
+    assert st["armed_pages"] == 0 and st["filters"] == 0 and st["owner"] == 0, st
+
+
+def mark_lines(text: bytes) -> list[bytes]:
+    return [ln.split(b" ", 2)[2] for ln in text.split(b"\n") if ln.startswith(b"MARK ")]
+
+
+MARKERS = [b"x\xffy\n", b"nul\x00after\n", b"100% %s %n\n", b"\xc3\xa9t\xc3\xa9\n",
+           b"long " + b"L" * 1500 + b"\n"]
+
+
+def test_marker_bytes_as_the_kernel_prints_them(exerciser):
+    """Markers with bytes that are not UTF-8, NUL, % and longer than the limit:
+    the same bytes as the kernel's tracer prints, in the same boot."""
+    def write_all() -> None:
+        for m in MARKERS:
+            fd = os.open(MARKER, os.O_WRONLY)
+            try:
+                os.write(fd, m)
+            finally:
+                os.close(fd)
+
+    kt = KernelMmiotrace(quiet=1.0)
+    kt.start()
+    try:
+        write_all()
+        kt.wait(lambda text: "long LLL" in text)
+    finally:
+        kt.stop()
+    kernel = kt.data
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-marker-bytes").start()
+    try:
+        write_all()
+        t.wait_for("long LLL")
+    finally:
+        assert t.stop() == 0, t.stderr()
+    ours = t.out.read_bytes()
+    want = [ln for ln in mark_lines(kernel) if not ln.startswith(b"ng-")]
+    got = [ln for ln in mark_lines(ours) if not ln.startswith(b"ng-")]
+    assert got == want and len(want) == len(MARKERS)
+    assert b"x\xffy" in want[0]
+
+
+def test_closed_pipe_stops_quietly(exerciser):
+    """mmiotrace-ng ... | head -1: a quiet stop, 128 + SIGPIPE, nothing armed."""
+    proc = subprocess.Popen([*NG, "--pci", exerciser.dev.name], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    assert first == b"VERSION 20070824\n"
+    proc.stdout.close()                        # what head does after its line
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        exerciser.run("rloop", 2000)           # records to write into the closed pipe
+    assert proc.wait(60) == 141
+    err = proc.stderr.read().decode(errors="replace")
+    assert "Traceback" not in err and "Error" not in err, err
+    assert_disarmed()
+
+
+def test_output_file_that_cannot_be_created(exerciser):
+    res = subprocess.run([*NG, "--pci", exerciser.dev.name, "-o", "/nonexistent/dir/x.txt",
+                          "--", "true"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines == ["mmiotrace-ng: cannot write /nonexistent/dir/x.txt: "
+                     "No such file or directory"], lines
+    assert_disarmed()
+
+
+def test_full_filesystem_stops_tracing(exerciser):
+    """-o on a tmpfs that fills up during a burst: exit 2, one line, nothing armed."""
+    mnt = tempfile.mkdtemp()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt], check=True)
+    try:
+        res = subprocess.run([*NG, "--pci", exerciser.dev.name, "-o", f"{mnt}/trace.txt",
+                              "--", "sh", "-c", f"echo 'rloop 100000' > {RUN}"],
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 2, res.stderr
+        assert "Traceback" not in res.stderr
+        last = res.stderr.strip().splitlines()[-1]
+        assert "cannot write the trace to" in last and "No space left on device" in last, last
+        assert_disarmed()
+        exerciser.run("readl")                 # the device works, untraced
+    finally:
+        subprocess.run(["umount", mnt], check=False)
+        os.rmdir(mnt)
