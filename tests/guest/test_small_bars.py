@@ -84,3 +84,23 @@ def test_window_of_16_bytes(exerciser):
         ("W", 4, 0x88, 0x5A5AA5A5), ("R", 4, 0x88, 0x5A5AA5A5),
         ("UNMAP",),
     ]
+
+
+def test_mapping_it_cannot_trace_is_said(exerciser):
+    """A mapping that only partly covers the traced BAR is NOT traced, and the
+    tracer says so where it happened (a MARK line) and on stderr; its access
+    is not reported, the driver reads the right value."""
+    start, length = exerciser.bar0
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-straddle").start()
+    try:
+        text = t.section(lambda: stress("straddle"))
+    finally:
+        assert t.stop() == 0
+    want = (f"mmiotrace-ng: ioremap of 0x{start + length - 4096:x} size 0x2000 at 0x")
+    marks = [ln for ln in text.splitlines() if ln.startswith("MARK ") and "NOT traced" in ln]
+    assert len(marks) == 1 and want in marks[0], text
+    assert marks[0].endswith("is NOT traced: it is not inside one traced BAR")
+    assert not [r for r in to_records(text, start) if r[0] in ("R", "W", "MAP")], text
+    err = [ln for ln in t.stderr().splitlines() if "NOT traced" in ln]
+    assert len(err) == 1 and err[0] == marks[0].split(" ", 2)[2], err
+    assert "1 mappings NOT traced" in t.stderr()

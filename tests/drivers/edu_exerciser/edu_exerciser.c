@@ -836,6 +836,22 @@ static int st_window16(struct edu_ex *ex, unsigned int count)
 	return edu_result(ex);
 }
 
+/*
+ * A mapping of BAR0's last page and the page after it: it only partly
+ * covers the BAR, so a tracer of BAR0 cannot trace it (and must say so).
+ * One readl inside the BAR.
+ */
+static int st_straddle(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *p = ioremap(ex->start + ex->len - PAGE_SIZE, 2 * PAGE_SIZE);
+
+	if (!p)
+		return -ENOMEM;
+	edu_check(ex, "readl last page", readl(p), EDU_HOLE_VALUE);
+	iounmap(p);
+	return edu_result(ex);
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -845,6 +861,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "readl 0x00 from a kprobe handler" },
 	{ "window16", st_window16, false,
 	  "ioremap of 0x80..0x8f only; writeq/readq 0x80, writel/readl 0x88" },
+	{ "straddle", st_straddle, false,
+	  "ioremap of BAR0's last page and the next; readl in the BAR" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
