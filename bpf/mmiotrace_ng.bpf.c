@@ -52,10 +52,9 @@ static __always_inline u32 ng_config(int slot)
 }
 
 /*
- * Whether the current task belongs to the tracer.  The helper makes its
- * second mapping of a traced BAR (the one it emulates through) from the
- * tracer's netlink request: that ioremap and its iounmap are not the
- * driver's and stay out of the trace.
+ * Whether the current task belongs to the tracer: with --all, mappings the
+ * tracer's own process makes (if any) are not a driver's and stay out of
+ * the trace.
  */
 static __always_inline int ng_by_tracer(void)
 {

@@ -6,7 +6,8 @@
  *   mmiotng_pages.c   page-table entries and mappings: arm, disarm, find
  *   mmiotng_probes.c  the ioremap and iounmap probes
  *   mmiotng_fault.c   the page fault: taken over with an ftrace ops, decoded,
- *                     emulated through the shadow, reported (tracepoint)
+ *                     emulated through a window, reported (tracepoint)
+ *   mmiotng_window.c  the per-CPU windows the device is reached through
  *   mmiotng_step.c    the single-step fallback and its debug trap
  *   mmiotng_ctl.c     the session: filters, ARM_EXISTING, disarm, mode, stats
  *   mmiotng_nl.c      the generic-netlink transport of the session commands
@@ -23,7 +24,7 @@
  *    it and nothing under it sleeps.
  *  - The fault path finds mappings under RCU (it runs with interrupts off)
  *    and takes no lock to emulate; a mapping is freed only after a grace
- *    period, a filter (and its shadow) only after its mappings are gone and
+ *    period, a filter only after its mappings are gone and
  *    a grace period has passed.
  */
 #ifndef MMIOTNG_H
@@ -51,19 +52,16 @@
 struct ng_mapping;
 
 /*
- * A physical range to trace (a BAR of any size and alignment), with its
- * never-armed shadow mapping of the whole pages it lies in: an armed page
- * of a small BAR also holds bytes outside it (another device's BAR), which
- * are emulated through the shadow too but not reported.
+ * A physical range to trace (a BAR of any size and alignment).  An armed
+ * page of a small BAR also holds bytes outside it (another device's BAR):
+ * accesses to those are emulated too but not reported.
  */
 struct ng_filter {
 	struct list_head node;	/* ng_filters: ng_mutex and ng_lock */
 	struct list_head dead;	/* teardown list */
 	phys_addr_t start;
 	u64 size;
-	phys_addr_t page_start;	/* start & PAGE_MASK */
-	u64 page_len;		/* whole pages from page_start */
-	void __iomem *shadow;	/* maps [page_start, page_start + page_len) */
+	u64 page_len;		/* bytes of the whole pages it lies in */
 	/*
 	 * Mappings big enough for any mapping of the range, allocated in
 	 * process context: the ioremap probe takes one (it must not allocate)
@@ -176,6 +174,13 @@ void ng_page_absent(struct ng_page *pg);
 struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size);
 bool ng_overlaps_filter(phys_addr_t phys, unsigned long size);
 
+/* mmiotng_window.c */
+void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
+			    unsigned int width);
+void ng_windows_reset(void);
+int ng_windows_init(void);
+void ng_windows_exit(void);
+
 /* mmiotng_probes.c */
 bool ng_unmap_in_flight(unsigned long base, unsigned long len);
 int ng_probes_init(void);
@@ -184,7 +189,7 @@ void ng_probes_exit(void);
 /* mmiotng_fault.c */
 void ng_report(const struct mmiotng_access *a);
 void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err);
-void __iomem *ng_shadow_addr(unsigned long addr, unsigned int width);
+void __iomem *ng_device_addr(unsigned long addr, unsigned int width);
 bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width);
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 		    unsigned long addr, unsigned long ip,

@@ -22,7 +22,6 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/atomic.h>
-#include <linux/io.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/rculist.h>
@@ -141,15 +140,8 @@ int ng_filter_add(phys_addr_t start, u64 size)
 		return -ENOMEM;
 	f->start = start;
 	f->size = size;
-	f->page_start = start & PAGE_MASK;
-	f->page_len = PAGE_ALIGN(start + size) - f->page_start;
+	f->page_len = PAGE_ALIGN(start + size) - (start & PAGE_MASK);
 	if (ng_spares_init(f)) {
-		kfree(f);
-		return -ENOMEM;
-	}
-	f->shadow = ioremap(f->page_start, f->page_len);
-	if (!f->shadow) {
-		ng_spares_free(f);
 		kfree(f);
 		return -ENOMEM;
 	}
@@ -189,11 +181,12 @@ static void ng_teardown(struct ng_filter *only)
 	/* no CPU is emulating through them or stepping on them after this */
 	synchronize_rcu();
 	ng_wait_steps();
+	if (!only || list_empty(&ng_mappings))
+		ng_windows_reset();	/* no device page stays in a window */
 	list_for_each_entry_safe(m, mtmp, &dead_maps, dead)
 		ng_mapping_free(m);
 	list_for_each_entry_safe(f, ftmp, &dead_filters, dead) {
 		ng_spares_free(f);
-		iounmap(f->shadow);
 		kfree(f);
 	}
 }
@@ -220,20 +213,6 @@ void ng_disarm_all(void)
 }
 
 /* ---- mappings made before the session ------------------------------- */
-
-/* Whether [virt, virt + size) overlaps a shadow: arming one would recurse. */
-static bool ng_is_shadow(unsigned long virt, u64 size)
-{
-	struct ng_filter *f;
-
-	list_for_each_entry(f, &ng_filters, node) {
-		unsigned long s = (unsigned long)f->shadow;
-
-		if (virt < s + f->page_len && s < virt + size)
-			return true;
-	}
-	return false;
-}
 
 /* Whether an armed mapping overlaps [base, base + len).  ng_lock held. */
 static bool ng_overlaps_mapping(unsigned long base, unsigned long len)
@@ -264,8 +243,6 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 	    !is_vmalloc_addr((void *)virt) || !is_vmalloc_addr((void *)(virt + size - 1)) ||
 	    (virt & ~PAGE_MASK) != (phys & ~PAGE_MASK))
 		return -EINVAL;
-	if (ng_is_shadow(virt, size))
-		return -EPERM;
 	f = ng_find_filter(phys, size);
 	if (!f)
 		ret = -ENOENT;

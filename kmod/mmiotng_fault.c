@@ -6,8 +6,8 @@
  * bad_area_nosemaphore(regs, error_code, address), the first function on
  * that path that can be hooked.  An ftrace ops with IPMODIFY (as livepatch
  * uses) sees every call: for a fault on an armed page it decodes the
- * instruction, performs the access through the filter's shadow mapping
- * (never armed), updates the registers, reports the access and sends the
+ * instruction, performs the access through a window onto the device page
+ * (mmiotng_window.c, never armed), updates the registers, reports the access and sends the
  * call to ng_fault_done(), which returns at once; for any other fault it
  * changes nothing and bad_area_nosemaphore() runs as it would without the
  * helper.  The original is never called through a pointer (no indirect
@@ -26,7 +26,8 @@
  *    off, on every CPU at once, in any context the faulting code was in
  *    (process, softirq, hardirq, NMI).  The emulation path takes no lock:
  *    it finds the mapping under RCU and uses mapping and filter only
- *    inside that read-side section (both are freed after a grace period).
+ *    inside that read-side section (both are freed after a grace period),
+ *    and reaches the device through its CPU's window.
  *  - ng_mode is read with READ_ONCE; the control path writes it.
  */
 
@@ -120,25 +121,24 @@ bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int widt
 }
 
 /*
- * Translate addr of an armed mapping to the shadow; NULL if not MMIO.  The
- * shadow covers the filter's whole pages: *mp is set, and the caller asks
- * ng_in_filter() whether the access is one to report.
+ * Where addr of an armed mapping is reached for the access: this CPU's
+ * window onto its page (mmiotng_window.c); NULL if it is not in an armed
+ * mapping (the other operand of a movs) or crosses a page.  *mp is set; the
+ * caller asks ng_reported() whether the access is one to report.
  */
-static void __iomem *ng_shadow(unsigned long addr, unsigned int width,
+static void __iomem *ng_device(unsigned long addr, unsigned int width,
 			       struct ng_mapping **mp)
 {
 	struct ng_mapping *m = ng_find_mapping(addr);
-	const struct ng_filter *f;
-	phys_addr_t phys;
+	struct ng_page *pg;
 
-	if (!m)
+	if (!m || addr + width > m->base + m->len)
 		return NULL;
-	f = m->filter;
-	phys = m->phys + (addr - m->virt);
-	if (phys < f->page_start || phys + width > f->page_start + f->page_len)
+	pg = ng_find_page(m, addr);
+	if (!pg)
 		return NULL;
 	*mp = m;
-	return f->shadow + (phys - f->page_start);
+	return ng_window_map(pg, addr, width);
 }
 
 /* Whether an access through m at addr is inside the traced BAR. */
@@ -147,15 +147,15 @@ static bool ng_reported(const struct ng_mapping *m, unsigned long addr, unsigned
 	return ng_in_filter(m->filter, m->phys + (addr - m->virt), width);
 }
 
-/* The shadow address of [addr, addr + width), under RCU; NULL if not MMIO. */
-void __iomem *ng_shadow_addr(unsigned long addr, unsigned int width)
+/* Where [addr, addr + width) is reached (ng_device), under RCU; NULL if not MMIO. */
+void __iomem *ng_device_addr(unsigned long addr, unsigned int width)
 {
 	struct ng_mapping *m;
 
-	return ng_shadow(addr, width, &m);
+	return ng_device(addr, width, &m);
 }
 
-/* The access itself, through the shadow; width is 1, 2, 4 or 8 (ng_emulate). */
+/* The access itself, through the window; width is 1, 2, 4 or 8 (ng_emulate). */
 static u64 ng_io_read(void __iomem *io, unsigned int width)
 {
 	switch (width) {
@@ -194,7 +194,7 @@ static void ng_emit(struct ng_emu_ctx *c)
 	c->pending = false;
 }
 
-/* Describe an access made through the shadow in c->acc. */
+/* Describe an access made through the window in c->acc. */
 static void ng_describe(struct ng_emu_ctx *c, struct ng_mapping *m,
 			unsigned long addr, u8 op, unsigned int width, u64 val)
 {
@@ -236,7 +236,7 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m;
-	void __iomem *io = ng_shadow(addr, width, &m);
+	void __iomem *io = ng_device(addr, width, &m);
 	int ret;
 
 	if (c->pending)
@@ -276,7 +276,7 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m;
-	void __iomem *io = ng_shadow(addr, width, &m);
+	void __iomem *io = ng_device(addr, width, &m);
 
 	if (c->pending)
 		ng_emit(c);

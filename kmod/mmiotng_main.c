@@ -6,10 +6,10 @@
  * not-present (mmiotng_pages.c, armed from the ioremap probes in
  * mmiotng_probes.c).  Every access to them faults; the fault is taken over
  * (mmiotng_fault.c), the instruction decoded (ng_decode.c) and performed
- * through a second mapping of the device that is never armed, and the
- * access reported through a tracepoint.  The page stays not-present, so
- * every CPU keeps faulting and no access is missed: no CPU needs to be
- * offlined.  Instructions the decoder does not know are single-stepped
+ * through a per-CPU window onto the device page, with the driver's memory
+ * type (mmiotng_window.c), and the access reported through a tracepoint.
+ * The page stays not-present, so every CPU keeps faulting and no access is
+ * missed: no CPU needs to be offlined.  Instructions the decoder does not know are single-stepped
  * (mmiotng_step.c).  Control is a generic-netlink family (mmiotng_nl.c,
  * mmiotng_ctl.c): when the controlling socket closes, for whatever reason,
  * everything is disarmed.  See mmiotng.h for the locking rules.
@@ -32,9 +32,12 @@ static int __init ng_init(void)
 	int ret;
 
 	ng_flush_init();
-	ret = ng_step_init();
+	ret = ng_windows_init();
 	if (ret)
 		return ret;
+	ret = ng_step_init();
+	if (ret)
+		goto err_windows;
 	ret = ng_fault_init();
 	if (ret)
 		goto err_step;
@@ -57,6 +60,8 @@ err_fault:
 	ng_fault_exit();
 err_step:
 	ng_step_exit();
+err_windows:
+	ng_windows_exit();
 	return ret;
 }
 
@@ -71,6 +76,7 @@ static void __exit ng_exit(void)
 	ng_fault_exit();
 	ng_step_exit();
 	ng_flush_sync();
+	ng_windows_exit();
 	rcu_barrier();
 }
 

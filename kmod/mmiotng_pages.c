@@ -133,6 +133,7 @@ void ng_page_arm(struct ng_page *pg)
 	if (pg->armed)
 		return;
 	pg->saved = pte_val(READ_ONCE(*pg->ptep));
+	smp_wmb();	/* a CPU that faults on it reads saved (its window) */
 	ng_set_entry(pg, 0);
 	pg->armed = true;
 }
@@ -205,14 +206,20 @@ static int ng_collect_pages(struct ng_mapping *m)
 	return 0;
 }
 
+/* The page of m that holds addr (pages[] is in address order), or NULL. */
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr)
 {
-	unsigned int i;
+	unsigned int lo = 0, hi = m->npages;
 
-	for (i = 0; i < m->npages; i++) {
-		struct ng_page *pg = &m->pages[i];
+	while (lo < hi) {
+		unsigned int mid = lo + (hi - lo) / 2;
+		struct ng_page *pg = &m->pages[mid];
 
-		if (addr >= pg->addr && addr < pg->addr + ng_level_size(pg->level))
+		if (addr < pg->addr)
+			hi = mid;
+		else if (addr >= pg->addr + ng_level_size(pg->level))
+			lo = mid + 1;
+		else
 			return pg;
 	}
 	return NULL;

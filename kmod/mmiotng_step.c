@@ -6,10 +6,11 @@
  * flag set and interrupts off, and the debug trap after it reports the
  * access.  Two ways:
  *  - A decoded instruction (every access in MMIOTNG_MODE_SINGLESTEP) runs
- *    against the shadow: the register its address comes from is moved by
- *    the distance to the shadow for the one instruction and moved back in
- *    the trap.  No page changes: other CPUs keep faulting, nothing is
- *    missed, no lock is taken (an NMI can do this too).
+ *    against this CPU's window onto the page (mmiotng_window.c): the
+ *    register its address comes from is moved by the distance to the
+ *    window for the one instruction and moved back in the trap.  No page
+ *    changes: other CPUs keep faulting, nothing is missed, no lock is
+ *    taken (an NMI can do this too).
  *  - Any other instruction (the decoder does not know it) runs against the
  *    armed page, made present for the step and re-armed in the trap, as the
  *    kernel's kmmio does; other CPUs that use the page meanwhile are not
@@ -38,7 +39,7 @@
 #include "mmiotng.h"
 #include "ng_decode.h"
 
-/* A register pointed at the shadow for the step. */
+/* A register pointed at the window for the step. */
 struct ng_redirect {
 	unsigned int no;	/* NG_REG_*: in the trap's registers, not the fault's */
 	unsigned long delta;
@@ -168,12 +169,12 @@ static bool ng_redirect_reg(struct ng_step *s, struct pt_regs *regs,
 	return true;
 }
 
-/* rsi or rdi of a movs/stos, if it points into a traced BAR. */
+/* rsi or rdi of a movs/stos, if it points into an armed mapping. */
 static void ng_redirect_string(struct ng_step *s, struct pt_regs *regs,
 			       unsigned int no, unsigned int width)
 {
 	unsigned long addr = *ng_gpr(regs, no);
-	void __iomem *io = ng_shadow_addr(addr, width);
+	void __iomem *io = ng_device_addr(addr, width);
 
 	if (io)
 		ng_redirect_reg(s, regs, no, (unsigned long)io - addr, true);
@@ -188,7 +189,7 @@ static bool ng_uses_reg(const struct ng_insn *insn, unsigned int no)
 }
 
 /*
- * Point a decoded instruction's memory operand at the shadow: its base
+ * Point a decoded instruction's memory operand at the window: its base
  * register (or its index, without a base) moves by the distance.  A load
  * into that register must overwrite it whole (4 or 8 bytes); it is then not
  * moved back.  A store of that register is not redirected (it would store
@@ -204,6 +205,18 @@ static bool ng_step_redirect(struct ng_step *s, struct pt_regs *regs,
 
 	s->nredir = 0;
 	if (insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS) {
+		/*
+		 * With user memory on the other side the step may fault and
+		 * sleep, and continue on another CPU, whose window shows another
+		 * page: those are stepped with the page present.
+		 */
+		if (regs->di < TASK_SIZE_MAX ||
+		    (insn->kind == NG_KIND_MOVS && regs->si < TASK_SIZE_MAX))
+			return false;
+		/* two traced operands would need two windows */
+		if (insn->kind == NG_KIND_MOVS && ng_device_addr(regs->si, insn->mem_width) &&
+		    ng_device_addr(regs->di, insn->mem_width))
+			return false;
 		if (insn->kind == NG_KIND_MOVS)
 			ng_redirect_string(s, regs, NG_REG_SI, insn->mem_width);
 		ng_redirect_string(s, regs, NG_REG_DI, insn->mem_width);
@@ -216,7 +229,7 @@ static bool ng_step_redirect(struct ng_step *s, struct pt_regs *regs,
 		ea += *ng_gpr(regs, insn->base);
 	if (insn->index != NG_REG_NONE)
 		ea += *ng_gpr(regs, insn->index) * insn->scale;
-	io = ng_shadow_addr(ea, insn->mem_width);
+	io = ng_device_addr(ea, insn->mem_width);
 	if (!io)
 		return false;
 	delta = (unsigned long)io - ea;
@@ -234,7 +247,7 @@ static bool ng_step_redirect(struct ng_step *s, struct pt_regs *regs,
 }
 
 /*
- * Single-step the faulting instruction: against the shadow if it is
+ * Single-step the faulting instruction: against the window if it is
  * decoded, else with its page present.  Fault path, interrupts off; the
  * mapping is valid until the trap.
  */

@@ -1,7 +1,7 @@
 """--singlestep: every access single-stepped, and still exact.
 
-A decoded instruction is stepped against the helper's shadow mapping (its
-address register moved for the one instruction), so no page is made present
+A decoded instruction is stepped against the helper's per-CPU window onto the
+page (its address register moved for the one instruction), so no page is made present
 and other CPUs keep faulting: a two-CPU burst under --singlestep must give
 every read, as the emulating mode does.  Each scenario must print what the
 emulating mode prints, with the string instructions as UNKNOWN (they are

@@ -110,6 +110,7 @@ struct edu_ex {
 	int burst_cpu[2];	/* where the threads of the last burst ran */
 	unsigned long stride_virt;	/* live mapping of "stride", or 0 */
 	unsigned long maploop_virt;	/* live mapping of "maploop", or 0 */
+	unsigned long wc_virt;		/* live mapping of "wc_loop", or 0 */
 	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
 };
@@ -852,6 +853,32 @@ static int st_straddle(struct edu_ex *ex, unsigned int count)
 	return edu_result(ex);
 }
 
+/*
+ * A write-combining mapping of BAR0's first page, kept for COUNT rounds of
+ * writel i / readl 0x04 with a millisecond or two between them, so that a test
+ * can look at the memory type the kernel gave it while it lives.
+ */
+static int st_wc_loop(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *p = ioremap_wc(ex->start, PAGE_SIZE);
+	unsigned int i;
+	int ret = 0;
+
+	if (!p)
+		return -ENOMEM;
+	WRITE_ONCE(ex->wc_virt, (unsigned long)p);
+	for (i = 0; i < count && !ret; i++) {
+		writel(i, p + EDU_REG_LIVE);
+		edu_check(ex, "readl live (wc)", readl(p + EDU_REG_LIVE), ~i);
+		usleep_range(1000, 2000);
+		if (fatal_signal_pending(current))
+			ret = -EINTR;
+	}
+	WRITE_ONCE(ex->wc_virt, 0);
+	iounmap(p);
+	return ret ? ret : edu_result(ex);
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -863,6 +890,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "ioremap of 0x80..0x8f only; writeq/readq 0x80, writel/readl 0x88" },
 	{ "straddle", st_straddle, false,
 	  "ioremap of BAR0's last page and the next; readl in the BAR" },
+	{ "wc_loop", st_wc_loop, true,
+	  "ioremap_wc of page 0; COUNT x (writel i, readl 0x04, 1 ms)" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
@@ -1130,6 +1159,7 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	}
 	debugfs_create_ulong("stride_virt", 0400, ex->dir, &ex->stride_virt);
 	debugfs_create_ulong("maploop_virt", 0400, ex->dir, &ex->maploop_virt);
+	debugfs_create_ulong("wc_virt", 0400, ex->dir, &ex->wc_virt);
 	debugfs_create_u32("maploop_hold_us", 0600, ex->dir,
 			   &ex->maploop_hold_us);
 	debugfs_create_u32("stride_flush", 0600, ex->dir, &ex->stride_flush);

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * mmiotng: the windows the fault path reaches the device through.
+ *
+ * An emulated access (and a single-step against a moved register) goes to
+ * the device through a one-page window of the CPU that emulates: the
+ * window's page-table entry is the armed entry itself (the frame and the
+ * memory type the driver's mapping has: UC-, WC, WT, ...), made present.
+ * Nothing is ioremapped for tracing, so no memory type is reserved and a
+ * driver's own ioremap_wc() or memremap() of a traced BAR keeps its type;
+ * and every access is made with the type the driver asked for.
+ *
+ * Locking in this file:
+ *  - Each CPU has two windows: one for the fault path and the debug trap
+ *    (interrupts off), one for an NMI that comes in meanwhile.  A window is
+ *    only used by its CPU, with interrupts off, so it needs no lock; its
+ *    entry is rewritten (and the CPU's TLB entry for it dropped) only when
+ *    the page it shows changes.
+ *  - ng_windows_reset() runs in process context after a grace period in
+ *    which no CPU can be emulating (ng_teardown): it puts every window's
+ *    original entry back, so that no device page stays mapped.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/mm.h>
+#include <linux/vmalloc.h>
+#include <linux/preempt.h>
+#include <asm/pgtable.h>
+#include <asm/tlbflush.h>
+
+#include "mmiotng.h"
+
+#define NG_WINDOWS	2	/* per CPU: fault path and debug trap; NMI */
+
+struct ng_window {
+	unsigned long va;
+	pte_t *ptep;
+	pteval_t orig;		/* the entry vmalloc gave it */
+	pteval_t cur;		/* the entry it has now */
+};
+
+static DEFINE_PER_CPU(struct ng_window [NG_WINDOWS], ng_windows);
+static void *ng_window_area;
+
+/* Drop this CPU's TLB entry for va (flush_tlb_one_kernel is not exported). */
+static void ng_invlpg(unsigned long va)
+{
+	asm volatile("invlpg (%0)" : : "r" (va) : "memory");
+}
+
+/*
+ * The present 4K entry that shows the page of addr, from the armed entry
+ * pg->saved: a 2M entry gives the frame of addr inside it, and its PAT bit
+ * (bit 12) becomes the 4K PAT bit (bit 7, which is PSE in a 2M entry).
+ */
+static pteval_t ng_window_entry(const struct ng_page *pg, unsigned long addr)
+{
+	pteval_t v = pg->saved, flags = v & PTE_FLAGS_MASK;
+	phys_addr_t frame;
+
+	if (pg->level == PG_LEVEL_2M) {
+		frame = (v & PHYSICAL_PMD_PAGE_MASK) + ((addr - pg->addr) & PAGE_MASK);
+		flags &= ~_PAGE_PSE;
+		if (v & _PAGE_PAT_LARGE)
+			flags |= _PAGE_PAT;
+	} else {
+		frame = v & PTE_PFN_MASK;
+	}
+	return frame | flags | _PAGE_PRESENT;
+}
+
+/*
+ * The address of addr (an address in page pg of an armed mapping) in this
+ * CPU's window, for width bytes that must not cross the page; NULL if they
+ * do.  Interrupts off; valid until this CPU's next call in the same context.
+ */
+void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
+			    unsigned int width)
+{
+	struct ng_window *w;
+	pteval_t entry;
+
+	if ((addr & ~PAGE_MASK) + width > PAGE_SIZE)
+		return NULL;
+	w = &this_cpu_ptr(ng_windows)[in_nmi() ? 1 : 0];
+	entry = ng_window_entry(pg, addr);
+	if (w->cur != entry) {
+		set_pte_atomic(w->ptep, __pte(entry));
+		ng_invlpg(w->va);
+		w->cur = entry;
+	}
+	return (void __iomem *)(w->va + (addr & ~PAGE_MASK));
+}
+
+/* Every window shows its own page again; process context, none in use. */
+void ng_windows_reset(void)
+{
+	bool changed = false;
+	int cpu, i;
+
+	for_each_possible_cpu(cpu) {
+		struct ng_window *w = per_cpu_ptr(ng_windows, cpu);
+
+		for (i = 0; i < NG_WINDOWS; i++) {
+			if (w[i].cur == w[i].orig)
+				continue;
+			set_pte_atomic(w[i].ptep, __pte(w[i].orig));
+			w[i].cur = w[i].orig;
+			changed = true;
+		}
+	}
+	if (changed)
+		ng_flush_all();
+}
+
+int ng_windows_init(void)
+{
+	unsigned int level, n = 0;
+	int cpu, i;
+
+	ng_window_area = vmalloc(NG_WINDOWS * num_possible_cpus() * PAGE_SIZE);
+	if (!ng_window_area)
+		return -ENOMEM;
+	for_each_possible_cpu(cpu) {
+		struct ng_window *w = per_cpu_ptr(ng_windows, cpu);
+
+		for (i = 0; i < NG_WINDOWS; i++, n++) {
+			w[i].va = (unsigned long)ng_window_area + n * PAGE_SIZE;
+			w[i].ptep = lookup_address(w[i].va, &level);
+			if (!w[i].ptep || level != PG_LEVEL_4K) {
+				vfree(ng_window_area);
+				return -EFAULT;
+			}
+			w[i].orig = pte_val(*w[i].ptep);
+			w[i].cur = w[i].orig;
+		}
+	}
+	return 0;
+}
+
+void ng_windows_exit(void)
+{
+	ng_windows_reset();
+	vfree(ng_window_area);
+}
