@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import subprocess
@@ -114,6 +115,20 @@ class Exerciser:
     def burst_cpus(self) -> tuple[int, int]:
         a, b = (EXERCISER_DEBUGFS / "burst_cpus").read_text().split()
         return int(a), int(b)
+
+
+@functools.cache
+def memset_bytewise() -> bool:
+    """Whether memset_io() is byte stores on this kernel and CPU (rep stosb:
+    6.1 with ERMS) rather than 8-byte ones (6.12 without FSRS): the
+    exerciser's "memset" (run once, untraced) tells from what edu kept.
+    Needs the exerciser loaded (the exerciser fixture)."""
+    fd = os.open(EXERCISER_DEBUGFS / "run", os.O_WRONLY)
+    try:
+        os.write(fd, b"memset\n")
+    finally:
+        os.close(fd)
+    return (EXERCISER_DEBUGFS / "memset_bytes").read_text().strip() == "1"
 
 
 def _rmmod(name: str) -> None:

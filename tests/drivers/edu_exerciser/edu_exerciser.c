@@ -111,6 +111,7 @@ struct edu_ex {
 	unsigned long stride_virt;	/* live mapping of "stride", or 0 */
 	unsigned long maploop_virt;	/* live mapping of "maploop", or 0 */
 	unsigned long wc_virt;		/* live mapping of "wc_loop", or 0 */
+	u32 memset_bytes;	/* the last "memset" stored byte by byte */
 	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
 };
@@ -447,18 +448,23 @@ static int sc_fromio(struct edu_ex *ex, unsigned int count)
 static int sc_memset(struct edu_ex *ex, unsigned int count)
 {
 	void __iomem *base = edu_map(ex);
+	u64 v;
 
 	if (!base)
 		return -ENOMEM;
+
 	writeq(0, base + EDU_REG_DMA_SRC);
 	/*
-	 * With ERMS, memset() is rep stosb: eight 1-byte stores, all ignored
-	 * by edu.  Without, it stores 8 bytes at once (rep stosq or movq),
-	 * which edu keeps.
+	 * memset() is rep stosb where the kernel picks it (6.1 with ERMS):
+	 * eight 1-byte stores, all ignored by edu.  Else it stores 8 bytes at
+	 * once (movq, rep stosq: 6.12 without FSRS), which edu keeps.  Which
+	 * one ran shows in the value read back, and in "memset_bytes".
 	 */
 	memset_io(base + EDU_REG_DMA_SRC, 0xa5, 8);
-	edu_check(ex, "readq dma src", readq(base + EDU_REG_DMA_SRC),
-		  boot_cpu_has(X86_FEATURE_ERMS) ? 0 : 0xa5a5a5a5a5a5a5a5ULL);
+	v = readq(base + EDU_REG_DMA_SRC);
+	if (v != 0xa5a5a5a5a5a5a5a5ULL)
+		edu_check(ex, "readq dma src", v, 0);
+	ex->memset_bytes = v == 0;
 	edu_unmap(ex, base);
 	return edu_result(ex);
 }
@@ -1164,6 +1170,7 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 			   &ex->maploop_hold_us);
 	debugfs_create_u32("stride_flush", 0600, ex->dir, &ex->stride_flush);
 	debugfs_create_u32("errors", 0400, ex->dir, &ex->errors);
+	debugfs_create_u32("memset_bytes", 0444, ex->dir, &ex->memset_bytes);
 
 	pci_set_drvdata(pdev, ex);
 	dev_info(&pdev->dev, "BAR0 %pa, %llu bytes\n", &ex->start,

@@ -204,8 +204,9 @@ def expected(name: str, count: int | None = None, *, kernel: bool = False,
              erms: bool = True) -> list[Record]:
     """Records of scenario ``name`` run with ``count`` (default DEFAULT_COUNT
     for the scenarios that take one).  ``kernel=True``: what the kernel's
-    own mmiotrace prints, with its known deviations.  ``erms``: whether the
-    CPU has ERMS ("erms" in /proc/cpuinfo flags)."""
+    own mmiotrace prints, with its known deviations.  ``erms``: whether
+    memset_io() stores byte by byte here (rep stosb: Linux 6.1 on a CPU with
+    ERMS; Exerciser.memset_bytewise() in the guest tests tells)."""
     recs = SCENARIOS[name]
     if kernel and name in KERNEL_DEVIATIONS:
         recs = KERNEL_DEVIATIONS[name]
