@@ -245,9 +245,10 @@ class PciDevice:
     driver: str | None
 
 
-def find_pci_device(vendor: int, device: int,
-                    root: Path = Path("/sys/bus/pci/devices")) -> PciDevice | None:
-    """The first PCI device with these ids, its BARs read from sysfs."""
+def find_pci_devices(vendor: int, device: int,
+                     root: Path = Path("/sys/bus/pci/devices")) -> list[PciDevice]:
+    """Every PCI device with these ids, its BARs read from sysfs."""
+    found = []
     for path in sorted(root.iterdir()):
         try:
             ven = int((path / "vendor").read_text(), 16)
@@ -261,9 +262,16 @@ def find_pci_device(vendor: int, device: int,
             start, end, _flags = (int(x, 16) for x in line.split())
             bars.append((start, end - start + 1 if end > start else 0))
         drv = path / "driver"
-        return PciDevice(path.name, tuple(bars),
-                         os.path.basename(os.readlink(drv)) if drv.exists() else None)
-    return None
+        found.append(PciDevice(path.name, tuple(bars),
+                               os.path.basename(os.readlink(drv)) if drv.exists() else None))
+    return found
+
+
+def find_pci_device(vendor: int, device: int,
+                    root: Path = Path("/sys/bus/pci/devices")) -> PciDevice | None:
+    """The first PCI device with these ids."""
+    found = find_pci_devices(vendor, device, root)
+    return found[0] if found else None
 
 
 # -- parsing -------------------------------------------------------------

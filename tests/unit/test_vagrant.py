@@ -88,6 +88,11 @@ def test_vagrantfile_in_step_with_tests_run():
     for dev in ("i6300esb", "sdhci-pci"):
         assert f"--qemu '-device {dev}'" in run
         assert f'libvirt.qemuargs value: "{dev}"' in vf
+    for n, size in ((0, "64M"), (1, "1G")):
+        backend = f"memory-backend-memfd,id=iv{n},size={size}"
+        assert f"-object {backend} -device ivshmem-plain,memdev=iv{n}" in run
+        assert f'libvirt.qemuargs value: "{backend}"' in vf
+        assert f'libvirt.qemuargs value: "ivshmem-plain,memdev=iv{n}"' in vf
     assert "--append 'modprobe.blacklist=e1000,i6300esb,sdhci_pci'" in run
     assert "modprobe.blacklist=e1000,i6300esb,sdhci_pci" in vf
     # the same guest suite, with the switch that un-skips it

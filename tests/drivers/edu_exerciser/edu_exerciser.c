@@ -1106,11 +1106,138 @@ static const struct file_operations edu_bar_read_fops = {
 	.llseek = default_llseek,
 };
 
+/* ---- any other device (bound with new_id): map a BAR, access it ---- */
+
+/*
+ * For a device that is not edu (bound through
+ * /sys/bus/pci/drivers/edu_exerciser/new_id, e.g. QEMU's ivshmem-plain,
+ * whose BAR2 is plain memory): writing "BAR CALL" to
+ * /sys/kernel/debug/edu_exerciser-<pci name>/map maps the whole BAR with
+ * CALL (ioremap, ioremap_wc, ioremap_uc, ioremap_wt, ioremap_cache,
+ * pci_iomap_wc), writes a 32-bit pattern at its start, middle and last 8
+ * bytes and reads each back (a wrong value: -EIO), then unmaps.  "level"
+ * says which page-table level the kernel mapped its start with: 1 (4K),
+ * 2 (2M) or 3 (1G).
+ */
+struct edu_any {
+	struct pci_dev *pdev;
+	struct dentry *dir;
+	struct mutex lock;	/* one map at a time */
+	u32 level;
+};
+
+static void __iomem *edu_any_map(struct pci_dev *pdev, int bar, const char *call)
+{
+	resource_size_t start = pci_resource_start(pdev, bar);
+	resource_size_t len = pci_resource_len(pdev, bar);
+
+	if (!strcmp(call, "ioremap"))
+		return ioremap(start, len);
+	if (!strcmp(call, "ioremap_wc"))
+		return ioremap_wc(start, len);
+	if (!strcmp(call, "ioremap_uc"))
+		return ioremap_uc(start, len);
+	if (!strcmp(call, "ioremap_wt"))
+		return ioremap_wt(start, len);
+	if (!strcmp(call, "ioremap_cache"))
+		return (void __iomem *)ioremap_cache(start, len);
+	if (!strcmp(call, "pci_iomap_wc"))
+		return pci_iomap_wc(pdev, bar, 0);
+	return ERR_PTR(-EINVAL);
+}
+
+static ssize_t edu_any_write(struct file *file, const char __user *ubuf,
+			     size_t len, loff_t *ppos)
+{
+	struct edu_any *any = file->private_data;
+	resource_size_t size, offs[3];
+	char cmd[EDU_CMD_MAX], call[EDU_CMD_MAX];
+	void __iomem *p;
+	unsigned int lvl;
+	int bar, i, bad = 0;
+
+	if (len == 0 || len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	if (sscanf(cmd, "%d %63s", &bar, call) != 2 || bar < 0 || bar >= PCI_STD_NUM_BARS ||
+	    !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
+		return -EINVAL;
+	size = pci_resource_len(any->pdev, bar);
+	if (size < 16)
+		return -EINVAL;
+	mutex_lock(&any->lock);
+	p = edu_any_map(any->pdev, bar, call);
+	if (IS_ERR_OR_NULL(p)) {
+		mutex_unlock(&any->lock);
+		return p ? PTR_ERR(p) : -ENOMEM;
+	}
+	any->level = lookup_address((unsigned long)p, &lvl) ? lvl : 0;
+	offs[0] = 0;
+	offs[1] = (size / 2) & ~7ULL;
+	offs[2] = size - 8;
+	for (i = 0; i < 3; i++) {
+		u32 v = 0x5a000000 | (i << 16) | (u32)(offs[i] >> 12);
+
+		writel(v, p + offs[i]);
+		if (readl(p + offs[i]) != v)
+			bad++;
+	}
+	if (!strcmp(call, "pci_iomap_wc"))
+		pci_iounmap(any->pdev, p);
+	else
+		iounmap(p);
+	mutex_unlock(&any->lock);
+	return bad ? -EIO : len;
+}
+
+static const struct file_operations edu_any_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = edu_any_write,
+	.llseek = default_llseek,
+};
+
+static int edu_any_probe(struct pci_dev *pdev)
+{
+	struct edu_any *any;
+	char name[64];
+	int ret;
+
+	any = devm_kzalloc(&pdev->dev, sizeof(*any), GFP_KERNEL);
+	if (!any)
+		return -ENOMEM;
+	any->pdev = pdev;
+	mutex_init(&any->lock);
+	ret = pci_enable_device(pdev);
+	if (ret)
+		return ret;
+	snprintf(name, sizeof(name), KBUILD_MODNAME "-%s", pci_name(pdev));
+	any->dir = debugfs_create_dir(name, NULL);
+	if (IS_ERR(any->dir)) {
+		pci_disable_device(pdev);
+		return PTR_ERR(any->dir);
+	}
+	debugfs_create_file("map", 0200, any->dir, any, &edu_any_fops);
+	debugfs_create_u32("level", 0444, any->dir, &any->level);
+	pci_set_drvdata(pdev, any);
+	return 0;
+}
+
+static bool edu_is_edu(const struct pci_dev *pdev)
+{
+	return pdev->vendor == EDU_VENDOR_ID && pdev->device == EDU_DEVICE_ID;
+}
+
 static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct edu_ex *ex;
 	struct dentry *file;
 	int ret;
+
+	if (!edu_is_edu(pdev))
+		return edu_any_probe(pdev);
 
 	ex = devm_kzalloc(&pdev->dev, sizeof(*ex), GFP_KERNEL);
 	if (!ex)
@@ -1189,6 +1316,15 @@ err_disable:
 static void edu_remove(struct pci_dev *pdev)
 {
 	struct edu_ex *ex = pci_get_drvdata(pdev);
+
+	if (!edu_is_edu(pdev)) {
+		struct edu_any *any = pci_get_drvdata(pdev);
+
+		debugfs_remove_recursive(any->dir);
+		pci_disable_device(pdev);
+		mutex_destroy(&any->lock);
+		return;
+	}
 
 	/* Waits for a running scenario to finish. */
 	debugfs_remove_recursive(ex->dir);
