@@ -9,7 +9,7 @@
 #ifndef MMIOTRACE_NG_H
 #define MMIOTRACE_NG_H
 
-#define NG_MARK_MAX	1024	/* bytes of marker text kept (the kernel keeps 1 KiB) */
+#define NG_MARK_MAX	4096	/* marker text kept: what the kernel keeps (1 KiB on 6.1, 4 KiB on 6.12) */
 #define NG_INSN_BYTES	8
 
 enum ng_rec_type {

@@ -47,7 +47,7 @@
 /* an instruction touches at most two operands, each on at most two pages */
 #define NG_STEP_PAGES		4
 /* mappings made ready for the ioremap probe, per filter (see ng_spare_get) */
-#define NG_SPARES		2
+#define NG_SPARES		4
 
 struct ng_mapping;
 
@@ -71,6 +71,7 @@ struct ng_filter {
 	unsigned int nspare;
 	unsigned int max_pages;
 	struct work_struct refill;
+	bool dying;		/* unlinked: unmapped mappings are not kept */
 };
 
 /* One page-table entry of an armed mapping: a 4K page or a 2M page. */
@@ -163,6 +164,7 @@ int ng_spares_init(struct ng_filter *f);
 void ng_spares_free(struct ng_filter *f);
 struct ng_mapping *ng_spare_get(struct ng_filter *f);
 void ng_spare_put(struct ng_filter *f, struct ng_mapping *m);
+void ng_mapping_recycle(struct rcu_head *head);
 int ng_mapping_arm(struct ng_mapping *m, struct ng_filter *f);
 void ng_mapping_disarm(struct ng_mapping *m);
 struct ng_mapping *ng_find_mapping(unsigned long addr);

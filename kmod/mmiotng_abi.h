@@ -32,7 +32,7 @@
  */
 #define MMIOTNG_MARK_TP		"mmiotng_mark"
 #define MMIOTNG_MAP_TP		"mmiotng_map"
-#define MMIOTNG_MARK_MAX	1024
+#define MMIOTNG_MARK_MAX	4096	/* the most a trace_marker write keeps (6.12: 4 KiB) */
 #define MMIOTNG_INSN_BYTES	8
 #define MMIOTNG_MAX_FILTERS	64	/* traced ranges (BARs, ROMs) at a time */
 

@@ -169,6 +169,7 @@ static void ng_teardown(struct ng_filter *only)
 		if (only && f != only)
 			continue;
 		list_del(&f->node);
+		f->dying = true;
 		list_add(&f->dead, &dead_filters);
 	}
 	list_for_each_entry_safe(m, mtmp, &ng_mappings, node) {
@@ -185,6 +186,9 @@ static void ng_teardown(struct ng_filter *only)
 		ng_windows_reset();	/* no device page stays in a window */
 	list_for_each_entry_safe(m, mtmp, &dead_maps, dead)
 		ng_mapping_free(m);
+	/* unmapped mappings on their way back to a dying filter */
+	if (!list_empty(&dead_filters))
+		rcu_barrier();
 	list_for_each_entry_safe(f, ftmp, &dead_filters, dead) {
 		ng_spares_free(f);
 		kfree(f);

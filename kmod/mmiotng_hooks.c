@@ -37,7 +37,6 @@
 
 struct ng_mark_args {
 	const char __user *ubuf;
-	size_t cnt;
 };
 
 struct ng_mark_buf {
@@ -51,7 +50,6 @@ static int ng_mark_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
 	struct ng_mark_args *a = (void *)ri->data;
 
 	a->ubuf = (const char __user *)regs_get_kernel_argument(regs, 1);
-	a->cnt = regs_get_kernel_argument(regs, 2);
 	return 0;
 }
 
@@ -60,11 +58,12 @@ static int ng_mark_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 	struct ng_mark_args *a = (void *)ri->data;
 	long ret = regs_return_value(regs);
 	char *buf = this_cpu_ptr(&ng_mark_buf)->text;
-	size_t len = min_t(size_t, a->cnt, MMIOTNG_MARK_MAX);
+	/* what the kernel kept: it returns the bytes written, cut to its limit */
+	size_t len = ret > 0 ? min_t(size_t, ret, MMIOTNG_MARK_MAX) : 0;
 
 	if (ret <= 0 && ret != -EFAULT)
 		return 0;
-	if (ret == -EFAULT || !len || copy_from_user_nofault(buf, a->ubuf, len)) {
+	if (ret == -EFAULT || copy_from_user_nofault(buf, a->ubuf, len)) {
 		len = sizeof(NG_FAULTED) - 1;
 		memcpy(buf, NG_FAULTED, len);
 	}

@@ -404,6 +404,29 @@ struct ng_mapping *ng_spare_get(struct ng_filter *f)
 	return f->spare[--f->nspare];
 }
 
+/*
+ * An unmapped mapping, after the grace period that ends its use by the
+ * fault path: kept as a spare of its filter when there is room (a driver
+ * that maps and unmaps in a loop does not outrun the refill work), freed
+ * otherwise.  RCU callback; the filter is still there (ng_teardown waits
+ * for these with rcu_barrier() before it frees filters).
+ */
+void ng_mapping_recycle(struct rcu_head *head)
+{
+	struct ng_mapping *m = container_of(head, struct ng_mapping, rcu);
+	struct ng_filter *f = m->filter;
+	unsigned long flags;
+
+	ng_lock_irqsave(&flags);
+	if (!f->dying && m->capacity >= f->max_pages && f->nspare < NG_SPARES) {
+		f->spare[f->nspare++] = m;
+		m = NULL;
+	}
+	ng_unlock_irqrestore(flags);
+	if (m)
+		ng_mapping_free(m);
+}
+
 /* Give back a spare that was not used; ng_lock held. */
 void ng_spare_put(struct ng_filter *f, struct ng_mapping *m)
 {

@@ -19,8 +19,8 @@
  *    refuses ARM_EXISTING at that address, it never lets an arm through.
  *    Marks that do not fit in the table are counted in ng_unmap_overflow,
  *    which refuses every ARM_EXISTING while it is not zero.
- *  - The mapping an iounmap disarms is freed after an RCU grace period
- *    (call_rcu): the fault path may still be looking at it.
+ *  - The mapping an iounmap disarms is kept as a spare or freed after an
+ *    RCU grace period (call_rcu): the fault path may still be looking at it.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -180,11 +180,6 @@ static struct kretprobe ng_ioremap_probe = {
 
 /* ---- iounmap ------------------------------------------------------- */
 
-static void ng_free_rcu(struct rcu_head *head)
-{
-	ng_mapping_free(container_of(head, struct ng_mapping, rcu));
-}
-
 /* iounmap() entry: put the pages back before the area is freed. */
 static int ng_iounmap_pre(struct kprobe *p, struct pt_regs *regs)
 {
@@ -201,7 +196,7 @@ static int ng_iounmap_pre(struct kprobe *p, struct pt_regs *regs)
 		m = NULL;
 	ng_unlock_irqrestore(flags);
 	if (m)
-		call_rcu(&m->rcu, ng_free_rcu);
+		call_rcu(&m->rcu, ng_mapping_recycle);
 	return 0;
 }
 

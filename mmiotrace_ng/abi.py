@@ -15,7 +15,7 @@ MMIOTNG_ABI_VERSION: Final = 2
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
-MMIOTNG_MARK_MAX: Final = 1024
+MMIOTNG_MARK_MAX: Final = 4096
 MMIOTNG_INSN_BYTES: Final = 8
 MMIOTNG_MAX_FILTERS: Final = 64
 

