@@ -3,6 +3,10 @@
 - Every test here is skipped unless NGVM_GUEST=1 (set by the VM's init).
 - ``dmesg_clean`` (autouse): fails the test if the kernel log gained a line
   matching Oops|BUG|WARNING|general protection|Call Trace while it ran.
+- Tests marked ``single_tcg`` fail at once in a guest that runs under
+  QEMU's multi-threaded TCG (NGVM_ACCEL=tcg-multi): they patch kernel code
+  that another vCPU executes in a loop, which that mode does not handle
+  (tests/run runs them in a second guest booted with --accel tcg-single).
 - ``exerciser`` (session): loads tests/drivers/edu_exerciser/edu_exerciser.ko,
   which must have been built on the host, and unloads it at the end;
   ``exerciser.run(name, count)`` runs one scenario.
@@ -40,6 +44,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE == Path(item.path).parent or HERE in Path(item.path).parents:
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("single_tcg") and os.environ.get("NGVM_ACCEL") == "tcg-multi":
+        pytest.fail("this test needs a guest with single-threaded TCG: QEMU's multi-threaded "
+                    "TCG misses code patched on one vCPU while another runs it "
+                    "(tests/vm/run --accel tcg-single ... -m single_tcg)", pytrace=False)
 
 
 class KernelLog:
