@@ -114,6 +114,7 @@ struct edu_ex {
 	u32 memset_bytes;	/* the last "memset" stored byte by byte */
 	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
+	void __iomem *held;	/* the mapping of "hold", or NULL; lock */
 };
 
 struct edu_scenario {
@@ -1106,6 +1107,97 @@ static const struct file_operations edu_bar_read_fops = {
 	.llseek = default_llseek,
 };
 
+/* ---- a mapping held open across whatever the test does ------------- */
+
+/*
+ * Writing "map" to "hold" maps BAR0 and keeps the mapping; "touch" reads
+ * the ident register and writes and reads back the liveness register
+ * through it (a wrong value: -EIO); "unmap" unmaps it.  Reading "hold"
+ * gives "virt 0x... pages N present P": how many of the mapping's pages
+ * the kernel's page table maps right now, read with lookup_address(), so
+ * a test can see whether a page was left not-present without asking the
+ * module that made it so.
+ */
+static int edu_hold_show(struct seq_file *m, void *unused)
+{
+	struct edu_ex *ex = m->private;
+	unsigned long virt, i, npages, present = 0;
+	unsigned int level;
+	pte_t *pte;
+
+	mutex_lock(&ex->lock);
+	virt = (unsigned long)ex->held;
+	npages = virt ? DIV_ROUND_UP(ex->len, PAGE_SIZE) : 0;
+	for (i = 0; i < npages; i++) {
+		pte = lookup_address(virt + i * PAGE_SIZE, &level);
+		if (pte && pte_present(*pte))
+			present++;
+	}
+	mutex_unlock(&ex->lock);
+	seq_printf(m, "virt 0x%lx pages %lu present %lu\n", virt, npages, present);
+	return 0;
+}
+
+static int edu_hold_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, edu_hold_show, inode->i_private);
+}
+
+static int edu_hold_touch(struct edu_ex *ex)
+{
+	u32 v = 0x12345678;
+
+	if (readl(ex->held + EDU_REG_IDENT) != EDU_IDENT_VALUE)
+		return -EIO;
+	writel(v, ex->held + EDU_REG_LIVE);
+	return readl(ex->held + EDU_REG_LIVE) == ~v ? 0 : -EIO;
+}
+
+static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
+			      size_t len, loff_t *ppos)
+{
+	struct edu_ex *ex = ((struct seq_file *)file->private_data)->private;
+	char cmd[16];
+	int ret = 0;
+
+	if (len == 0 || len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	strim(cmd);
+	mutex_lock(&ex->lock);
+	if (!strcmp(cmd, "map")) {
+		if (ex->held)
+			ret = -EBUSY;
+		else
+			ex->held = edu_map(ex);
+		if (!ret && !ex->held)
+			ret = -ENOMEM;
+	} else if (!strcmp(cmd, "touch")) {
+		ret = ex->held ? edu_hold_touch(ex) : -ENXIO;
+	} else if (!strcmp(cmd, "unmap")) {
+		if (ex->held)
+			pci_iounmap(ex->pdev, ex->held);
+		else
+			ret = -ENXIO;
+		ex->held = NULL;
+	} else {
+		ret = -EINVAL;
+	}
+	mutex_unlock(&ex->lock);
+	return ret ? ret : len;
+}
+
+static const struct file_operations edu_hold_fops = {
+	.owner = THIS_MODULE,
+	.open = edu_hold_open,
+	.read = seq_read,
+	.write = edu_hold_write,
+	.llseek = seq_lseek,
+	.release = single_release,
+};
+
 /* ---- any other device (bound with new_id): map a BAR, access it ---- */
 
 /*
@@ -1290,6 +1382,11 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		ret = PTR_ERR(file);
 		goto err_debugfs;
 	}
+	file = debugfs_create_file("hold", 0600, ex->dir, ex, &edu_hold_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
 	debugfs_create_ulong("stride_virt", 0400, ex->dir, &ex->stride_virt);
 	debugfs_create_ulong("maploop_virt", 0400, ex->dir, &ex->maploop_virt);
 	debugfs_create_ulong("wc_virt", 0400, ex->dir, &ex->wc_virt);
@@ -1328,6 +1425,8 @@ static void edu_remove(struct pci_dev *pdev)
 
 	/* Waits for a running scenario to finish. */
 	debugfs_remove_recursive(ex->dir);
+	if (ex->held)
+		pci_iounmap(pdev, ex->held);
 	pci_release_regions(pdev);
 	pci_disable_device(pdev);
 	mutex_destroy(&ex->lock);

@@ -1,0 +1,112 @@
+"""Checks that do not take the helper's word for it.
+
+"Nothing is left armed" is read here from the kernel's page table (the
+exerciser's "hold" file counts the present pages of a mapping it keeps
+open, with lookup_address()) and from what happens when the helper is gone
+and the driver goes on using the mapping: a page left not-present would
+fault with no handler and oops.  The helper's own STATUS is used only for
+its fault counter, which must not move while nothing is traced.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXERCISER_DEBUGFS
+from ng_tracer import REPO, NgTracer, helper_status
+
+HOLD = EXERCISER_DEBUGFS / "hold"
+
+
+def hold(cmd: str) -> None:
+    fd = os.open(HOLD, os.O_WRONLY)
+    try:
+        assert os.write(fd, cmd.encode()) == len(cmd)
+    finally:
+        os.close(fd)
+
+
+def held_pages() -> tuple[int, int, int]:
+    """(virt, pages, present) of the exerciser's held mapping."""
+    m = re.fullmatch(r"virt 0x([0-9a-f]+) pages (\d+) present (\d+)\n", HOLD.read_text())
+    assert m, HOLD.read_text()
+    return int(m[1], 16), int(m[2]), int(m[3])
+
+
+def ensure_helper() -> None:
+    if not Path("/sys/module/mmiotng").exists():
+        subprocess.run(["insmod", str(REPO / "kmod" / "mmiotng.ko")], check=True)
+
+
+def rmmod_helper() -> None:
+    res = subprocess.run(["rmmod", "mmiotng"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, f"rmmod mmiotng refused: {res.stderr.strip()}"
+    assert not Path("/sys/module/mmiotng").exists()
+
+
+@pytest.fixture
+def held(exerciser):
+    ensure_helper()
+    yield exerciser
+    try:
+        hold("unmap")
+    except OSError:
+        pass
+    ensure_helper()
+
+
+@pytest.mark.parametrize("when", ["before-start", "after-start"])
+def test_killed_tracer_leaves_the_page_table_whole(held, when):
+    """A mapping held open across SIGKILL of the tracer: while tracing, its
+    pages are not present in the page table (so the check below can see an
+    armed page); after the kill every page is present again, the helper
+    unloads, and the driver keeps using the mapping without it."""
+    if when == "before-start":
+        hold("map")          # armed by ARM_EXISTING
+    t = NgTracer(["--pci", held.dev.name], f"truth-kill-{when}").start()
+    try:
+        if when == "after-start":
+            hold("map")      # armed by the ioremap probe
+        virt, pages, present = held_pages()
+        assert pages == held.bar0[1] // 4096
+        assert present == 0, f"{present} of {pages} pages present while traced"
+        text = t.section(lambda: hold("touch"))
+        ident = rf"^R 4 \S+ \d+ 0x{held.bar0[0]:x} 0x10000ed "
+        assert re.search(ident, text, re.M), f"the touch was not traced:\n{text}"
+        t.proc.send_signal(signal.SIGKILL)
+        t.proc.wait(30)
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+            t.proc.wait(30)
+    # the helper disarms when the killed tracer's socket is released
+    deadline = time.monotonic() + 10
+    while held_pages()[2] != pages and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert held_pages() == (virt, pages, pages), "pages left not-present after the kill"
+    before = helper_status()["faults"]
+    hold("touch")
+    held.run("readl")
+    assert helper_status()["faults"] == before, "the helper took faults with nothing traced"
+    rmmod_helper()
+    hold("touch")            # a page left not-present would oops here
+    held.run("readl")
+    assert held_pages() == (virt, pages, pages)
+
+
+def test_untraced_device_takes_no_fault(held):
+    """With no session, edu's mappings never fault into the helper,
+    whatever the driver does, and its held mapping stays present."""
+    hold("map")
+    before = helper_status()["faults"]
+    for name, count in (("readl", None), ("writel", None), ("toio", None), ("burst", 50)):
+        held.run(name, count)
+        hold("touch")
+    assert helper_status()["faults"] == before
+    assert held_pages()[2] == held_pages()[1]
