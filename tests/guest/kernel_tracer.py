@@ -381,6 +381,57 @@ def to_records(text: str, base: int = 0, *, with_headers: bool = False,
     return out
 
 
+def device_stream(text: str, bars: list[tuple[int, int]]) -> list[tuple]:
+    """Every record of one device's mappings, in order, for comparing two
+    tracers record for record: MAP (offset into the BAR it maps, length),
+    R/W/UNKNOWN and UNMAP of those mappings (found by map id), every MARK
+    and LOST, and ("?", line) for a line that parses as nothing.  Only a run
+    of identical reads collapses into one (a polling loop repeats a read a
+    timing-dependent number of times); repeated writes stay as they are.
+    Records of other mappings (the kernel's tracer maps every ioremap) are
+    left out."""
+    def bar_of(phys: int) -> tuple[int, int] | None:
+        return next(((i, phys - s) for i, (s, n) in enumerate(bars) if s <= phys < s + n),
+                    None)
+
+    ours: set[str] = set()
+    out: list[tuple] = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        rec: tuple | None
+        if m := _MAP.match(line):
+            where = bar_of(int(m.group(3), 16))
+            rec = None
+            if where is not None:
+                ours.add(m.group(2))
+                rec = ("MAP", *where, int(m.group(5), 16))
+        elif m := _RW.match(line):
+            op, width, _t, mid, phys, value, _pc, _pid = m.groups()
+            rec = ((op, int(width), bar_of(int(phys, 16)), int(value, 16))
+                   if mid in ours else None)
+        elif m := _UNKNOWN.match(line):
+            _t, mid, phys, b0, b1, b2, _pc, _pid = m.groups()
+            rec = ("UNKNOWN", bar_of(int(phys, 16)), b0, b1, b2) if mid in ours else None
+        elif m := _UNMAP.match(line):
+            rec = ("UNMAP",) if m.group(2) in ours else None
+            ours.discard(m.group(2))
+        elif m := _LOST.match(line):
+            rec = ("LOST", int(m.group(1)))
+        elif m := _PIPE_LOST.match(line):
+            rec = ("LOST", int(m.group(2)))
+        elif m := _MARK.match(line):
+            rec = ("MARK", m.group(2))
+        elif line.startswith(("VERSION ", "PCIDEV ")):
+            rec = None
+        else:
+            rec = ("?", line)
+        if rec is None or (rec[0] == "R" and out and out[-1] == rec):
+            continue
+        out.append(rec)
+    return out
+
+
 def map_id_problems(text: str) -> list[str]:
     """Consistency of map ids: every access and UNMAP must name a mapping
     that is open at that point; every MAP a new id.  Returns the problems."""
