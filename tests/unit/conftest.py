@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ng_require import missing
 
 KERNEL_TARBALL = Path(os.environ.get("MMIOTNG_KERNEL_TARBALL",
                                      "/usr/src/linux-source-6.1.tar.xz"))
@@ -31,7 +32,7 @@ def kernel_source(tmp_path_factory) -> Path:
     if tree and all((Path(tree) / f).exists() for f in KERNEL_FILES):
         return Path(tree)
     if not KERNEL_TARBALL.exists():
-        pytest.skip(f"no kernel source: {KERNEL_TARBALL} (apt-get install linux-source-6.1)")
+        missing(f"no kernel source: {KERNEL_TARBALL} (apt-get install linux-source-6.1)")
     out = tmp_path_factory.mktemp("ksrc")
     # one pass: each tar run decompresses the whole 130 MB tarball
     subprocess.run(["tar", "-xf", str(KERNEL_TARBALL), "-C", str(out),

@@ -29,6 +29,7 @@ from pathlib import Path
 import capstone
 import pytest
 from capstone import x86
+from ng_require import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 KMOD = ROOT / "kmod"
@@ -1122,7 +1123,7 @@ def test_compat_after_emulation(oracle):
 def test_kernel_build_no_warnings(tmp_path):
     kbuild = next((d for d in KBUILD_DIRS if (d / "Makefile").exists()), None)
     if kbuild is None or shutil.which("make") is None:
-        pytest.skip("no kernel headers (linux-headers-6.1.0-57-amd64) or make")
+        missing("no kernel headers (linux-headers-6.1.0-57-amd64) or make")
     for f in ("ng_decode.c", "ng_decode.h"):
         shutil.copy(KMOD / f, tmp_path / f)
     (tmp_path / "ngmain.c").write_text(

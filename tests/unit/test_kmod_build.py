@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ng_require import missing
 
 REPO = Path(__file__).resolve().parents[2]
 TARBALL = Path("/usr/src/linux-source-6.1.tar.xz")
@@ -21,7 +22,7 @@ SOURCES = {
 def kbuild_dir() -> Path:
     dirs = sorted(glob.glob("/lib/modules/*-amd64/build"))
     if not dirs:
-        pytest.skip("no kernel headers (linux-headers-amd64)")
+        missing("no kernel headers (linux-headers-amd64)")
     return Path(dirs[-1])
 
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ng_require import missing
 
 from mmiotrace_ng import render
 from mmiotrace_ng.records import (
@@ -194,7 +195,7 @@ def raw_mark(rec: NgRecMark) -> bytes:
 def reference(name: str) -> list[str]:
     path = REFERENCE / name
     if not path.exists():
-        pytest.skip(f"{path} not present")
+        missing(f"{path} not present")
     text = path.read_bytes().decode()
     return [line for line in text.splitlines(keepends=True) if not line.startswith("#")]
 

@@ -24,11 +24,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ng_require import required
 
 ROOT = Path(__file__).resolve().parents[2]
 VAGRANT_DIR = ROOT / "vagrant"
 VAGRANTFILE = VAGRANT_DIR / "Vagrantfile"
-IN_CI = bool(os.environ.get("CI"))
+IN_CI = required()
 
 
 def _missing(what: str) -> None:
@@ -96,6 +97,9 @@ def test_vagrantfile_in_step_with_tests_run():
     assert "--append 'modprobe.blacklist=e1000,i6300esb,sdhci_pci'" in run
     assert "modprobe.blacklist=e1000,i6300esb,sdhci_pci" in vf
     # the same guest suite, with the switch that un-skips it
-    assert "pytest -v -p no:cacheprovider tests/guest" in run
-    assert "NGVM_GUEST=1" in vf
-    assert ".venv/bin/python -m pytest -v -p no:cacheprovider tests/guest" in vf
+    assert "pytest -v -p no:cacheprovider -m 'not single_tcg' tests/guest" in run
+    assert "--accel tcg-single" in run and "-m single_tcg tests/guest" in run
+    assert "NGVM_GUEST=1" in vf and "NGVM_ACCEL=#{NGVM_ACCEL}" in vf
+    assert ('.venv/bin/python -m pytest -v -p no:cacheprovider ${sel:+-m "$sel"} tests/guest'
+            in vf)
+    assert '[ "$NGVM_ACCEL" = tcg-multi ] && sel="not single_tcg"' in vf

@@ -1,0 +1,20 @@
+"""The 30-second version of tests/storm (tests/guest/storm.py): a two-CPU
+access storm whose output is counted line by line; records in the output
+plus the reported losses equal the records made, the tracer exits 0 and
+leaves the helper empty."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_storm_30s_counted_in_the_output(exerciser):
+    res = subprocess.run([sys.executable, str(HERE / "storm.py"), "--seconds", "30"],
+                         capture_output=True, text=True, timeout=600)
+    print(res.stdout, res.stderr)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "records made; in the output:" in res.stdout
