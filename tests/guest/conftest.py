@@ -59,6 +59,12 @@ class KernelLog:
     def __init__(self) -> None:
         self._fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
         os.lseek(self._fd, 0, os.SEEK_END)
+        self._seen: list[str] = []
+
+    def all_lines(self) -> list[str]:
+        """Every record since construction, whoever read them before."""
+        self.new_lines()
+        return list(self._seen)
 
     def new_lines(self) -> list[str]:
         lines: list[str] = []
@@ -77,6 +83,7 @@ class KernelLog:
             _head, _, msg = rec.decode(errors="replace").partition(";")
             # Continuation lines (" KEY=value") are metadata; keep the text.
             lines.extend(m for m in msg.split("\n") if m and not m.startswith(" "))
+        self._seen.extend(lines)
         return lines
 
     def close(self) -> None:
@@ -88,7 +95,7 @@ def dmesg_clean():
     log = KernelLog()
     try:
         yield log
-        bad = [line for line in log.new_lines() if BAD_KERNEL_LOG.search(line)]
+        bad = [line for line in log.all_lines() if BAD_KERNEL_LOG.search(line)]
     finally:
         log.close()
     if bad:

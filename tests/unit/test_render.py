@@ -584,6 +584,20 @@ def test_bench_render_runs() -> None:
     assert render.bench_render(2000, compat=True, show_pc=True, repeat=1) > 0
 
 
+def test_bench_render_checks_what_it_rendered(monkeypatch) -> None:
+    """The benchmark counts the lines it rendered: a renderer that drops one
+    record makes it fail rather than report a rate."""
+    real = render.Renderer.feed_ring
+
+    def drop_one(self, data, batch):
+        text, used = real(self, data, batch)
+        return text.split("\n", 1)[1], used
+
+    monkeypatch.setattr(render.Renderer, "feed_ring", drop_one)
+    with pytest.raises(RuntimeError, match="wrong output"):
+        render.bench_render(2000, repeat=1)
+
+
 def test_batch_keeps_percent_signs_of_marks() -> None:
     """Slow-path text enters the chunk's format as an argument, never as a
     format: a marker holding % directives comes out verbatim."""
