@@ -10,6 +10,7 @@
  *   mmiotng_window.c  the per-CPU windows the device is reached through
  *   mmiotng_step.c    the single-step fallback and its debug trap
  *   mmiotng_ctl.c     the session: filters, ARM_EXISTING, disarm, mode, stats
+ *   mmiotng_pci.c     --all: filters for the devices a driver binds to
  *   mmiotng_nl.c      the generic-netlink transport of the session commands
  *   mmiotng_hooks.c   trace_marker and the kernel's own mmiotrace
  *   mmiotng_main.c    module init and exit
@@ -237,5 +238,10 @@ void ng_hooks_exit(void);
 /* mmiotng_nl.c */
 int ng_nl_init(void);
 void ng_nl_exit(void);
+
+/* mmiotng_pci.c: devices bound during an --all session */
+void ng_trace_new_devices(bool on);
+int ng_pci_init(void);
+void ng_pci_exit(void);
 
 #endif /* MMIOTNG_H */

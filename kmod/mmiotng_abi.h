@@ -23,7 +23,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	2
+#define MMIOTNG_ABI_VERSION	3
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
@@ -34,7 +34,7 @@
 #define MMIOTNG_MAP_TP		"mmiotng_map"
 #define MMIOTNG_MARK_MAX	4096	/* the most a trace_marker write keeps (6.12: 4 KiB) */
 #define MMIOTNG_INSN_BYTES	8
-#define MMIOTNG_MAX_FILTERS	64	/* traced ranges (BARs, ROMs) at a time */
+#define MMIOTNG_MAX_FILTERS	256	/* traced ranges (BARs, ROMs) at a time */
 
 /* enum mmiotng_op: what an access did */
 #define MMIOTNG_OP_READ		0
@@ -67,7 +67,11 @@ struct mmiotng_map {
 	__u64 virt;		/* address ioremap returned */
 	__u64 phys;		/* as passed to ioremap */
 	__u64 size;		/* as passed to ioremap */
-	__s32 err;		/* 0: armed, traced; else -errno: not traced */
+	/*
+	 * 0: armed, traced; else -errno: not traced.  virt 0, err < 0: a BAR
+	 * of a device bound while tracing that got no filter (NEW_DEVICES).
+	 */
+	__s32 err;
 	__u32 pad;
 };
 
@@ -83,6 +87,7 @@ enum mmiotng_cmd {
 	MMIOTNG_CMD_DISARM_ALL,		/* drop all filters, restore all pages */
 	MMIOTNG_CMD_STATUS,		/* reply: the STAT_* attributes */
 	MMIOTNG_CMD_SET_MODE,		/* MODE: MMIOTNG_MODE_* */
+	MMIOTNG_CMD_NEW_DEVICES,	/* trace each PCI device a driver binds to from now on */
 	__MMIOTNG_CMD_MAX,
 };
 

@@ -212,6 +212,7 @@ int ng_filter_del(phys_addr_t start, u64 size)
 void ng_disarm_all(void)
 {
 	lockdep_assert_held(&ng_mutex);
+	ng_trace_new_devices(false);
 	ng_teardown(NULL);
 	WRITE_ONCE(ng_mode, MMIOTNG_MODE_EMULATE);
 }

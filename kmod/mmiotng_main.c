@@ -47,11 +47,16 @@ static int __init ng_init(void)
 	ret = ng_hooks_init();
 	if (ret)
 		goto err_probes;
-	ret = ng_nl_init();
+	ret = ng_pci_init();
 	if (ret)
 		goto err_hooks;
+	ret = ng_nl_init();
+	if (ret)
+		goto err_pci;
 	return 0;
 
+err_pci:
+	ng_pci_exit();
 err_hooks:
 	ng_hooks_exit();
 err_probes:
@@ -68,6 +73,7 @@ err_windows:
 static void __exit ng_exit(void)
 {
 	ng_nl_exit();
+	ng_pci_exit();
 	ng_hooks_exit();
 	mutex_lock(&ng_mutex);
 	ng_disarm_all();

@@ -139,6 +139,12 @@ static int ng_cmd_set_mode(struct sk_buff *skb, struct genl_info *info)
 	return ng_set_mode(nla_get_u32(info->attrs[MMIOTNG_A_MODE]));
 }
 
+static int ng_cmd_new_devices(struct sk_buff *skb, struct genl_info *info)
+{
+	ng_trace_new_devices(true);
+	return 0;
+}
+
 static int ng_put_stats(struct sk_buff *msg)
 {
 	struct ng_stats st;
@@ -192,6 +198,7 @@ static const struct genl_small_ops ng_ops[] = {
 	NG_OP(MMIOTNG_CMD_DISARM_ALL, ng_cmd_disarm_all, NG_NL_CLAIM),
 	NG_OP(MMIOTNG_CMD_STATUS, ng_cmd_status, 0),
 	NG_OP(MMIOTNG_CMD_SET_MODE, ng_cmd_set_mode, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_NEW_DEVICES, ng_cmd_new_devices, NG_NL_CLAIM),
 };
 
 static struct genl_family ng_family __ro_after_init = {

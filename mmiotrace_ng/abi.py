@@ -11,13 +11,13 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_ABI_VERSION: Final = 2
+MMIOTNG_ABI_VERSION: Final = 3
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
 MMIOTNG_MARK_MAX: Final = 4096
 MMIOTNG_INSN_BYTES: Final = 8
-MMIOTNG_MAX_FILTERS: Final = 64
+MMIOTNG_MAX_FILTERS: Final = 256
 
 # enum mmiotng_op (as #defines in the header)
 MMIOTNG_OP_READ: Final = 0
@@ -69,6 +69,7 @@ class MmiotngCmd(IntEnum):
     MMIOTNG_CMD_DISARM_ALL = 4
     MMIOTNG_CMD_STATUS = 5
     MMIOTNG_CMD_SET_MODE = 6
+    MMIOTNG_CMD_NEW_DEVICES = 7
 
 
 class MmiotngAttr(IntEnum):

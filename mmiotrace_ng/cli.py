@@ -31,7 +31,7 @@ EXAMPLES = """examples:
   mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
   mmiotrace-ng --pci 01:00.0 -- modprobe nouveau # trace while a command runs
   mmiotrace-ng --pci 0000:00:02.0 --pci 03:00.0 -o dump.txt
-  mmiotrace-ng --all -- modprobe e1000           # every ioremap, like the kernel's tracer
+  mmiotrace-ng --all -- modprobe e1000           # every PCI device, like the kernel's tracer
   mmiotrace-ng --pci 01:00.0 --compat           # UNKNOWN where the kernel's decoder gives up
   mmiotrace-ng --pci 01:00.0 --raw dump.raw -o dump.txt
   mmiotrace-ng render --compat dump.raw          # the same trace, as the kernel would show it
@@ -57,7 +57,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--pci", action="append", default=[], metavar="BDF",
                     help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable)")
     ap.add_argument("--all", action="store_true",
-                    help="MAP/UNMAP every ioremap in the system, as the kernel's tracer does")
+                    help="trace every PCI device's memory BARs and ROMs, devices a driver "
+                         "binds to while tracing included (a rescan, a hot-plug, a driver "
+                         "loaded meanwhile), mappings made after the start only, as the "
+                         "kernel's tracer does; other ioremaps (not PCI) get MAP/UNMAP "
+                         "lines, not their accesses, which the kernel's tracer also shows")
     ap.add_argument("-o", "--output", metavar="FILE", help="write the trace here, not stdout")
     ap.add_argument("--compat", action="store_true",
                     help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
@@ -66,7 +70,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--buffer-size-kb", type=int, default=16384, metavar="KB",
                     help="ring buffer size (default 16384)")
     ap.add_argument("--no-existing", action="store_true",
-                    help="do not trace mappings that exist before the start")
+                    help="do not trace mappings that exist before the start (--all never does)")
     ap.add_argument("--singlestep", action="store_true",
                     help="single-step every access instead of emulating (slow; for tests)")
     ap.add_argument("--raw", metavar="FILE",
@@ -210,8 +214,16 @@ class Session:
         self.probes = Probes(self.args.all, self.args.buffer_size_kb)
         try:
             self.helper = HelperSocket()
+            if self.args.all:
+                # first: a device bound while the filters below go in is seen
+                self.helper.trace_new_devices()
             for lo, hi in ranges:
-                self.helper.filter_add(lo, hi - lo)
+                try:
+                    self.helper.filter_add(lo, hi - lo)
+                except HelperError as exc:
+                    # --all: traced already, from the bind of its device just now
+                    if not (self.args.all and exc.errno == errno.EEXIST):
+                        raise
             if self.args.singlestep:
                 self.helper.set_mode(MMIOTNG_MODE_SINGLESTEP)
         except HelperError as exc:
@@ -222,7 +234,7 @@ class Session:
         self.write(header)
         if self.raw:
             self.raw.header(header)
-        if not self.args.no_existing:
+        if not self.args.no_existing and not self.args.all:
             # each gets its MAP record from the helper, or a NOT traced one
             for m in existing_mappings(ranges, read_vmallocinfo()):
                 with contextlib.suppress(HelperError):
@@ -338,10 +350,13 @@ def render_raw(argv: list[str]) -> int:
 def trace(args: argparse.Namespace) -> int:
     check_environment()
     ranges: list[tuple[int, int]] = []
+    if args.all:
+        ranges = [(bar.start, bar.end + 1) for bar in pci.all_memory_ranges()]
     for bdf in args.pci:
         try:
             for bar in pci.device_bars(bdf):
-                ranges.append((bar.start, bar.end + 1))
+                if (bar.start, bar.end + 1) not in ranges:
+                    ranges.append((bar.start, bar.end + 1))
         except pci.PciError as exc:
             raise UsageError(str(exc)) from exc
     if len(ranges) > MMIOTNG_MAX_FILTERS:
@@ -376,7 +391,8 @@ def trace(args: argparse.Namespace) -> int:
     try:
         session.start(ranges)
         session.flush()
-        print("mmiotrace-ng: ready, tracing " + (", ".join(args.pci) or "all mappings"),
+        print("mmiotrace-ng: ready, tracing "
+              + ("every PCI device" if args.all else ", ".join(args.pci)),
               file=sys.stderr, flush=True)
         child = None
         if args.cmd:

@@ -127,6 +127,10 @@ class HelperSocket:
     def set_mode(self, mode: int) -> None:
         self._request(MmiotngCmd.MMIOTNG_CMD_SET_MODE, {"MMIOTNG_A_MODE": mode})
 
+    def trace_new_devices(self) -> None:
+        """Trace every PCI device a driver binds to from now on (--all)."""
+        self._request(MmiotngCmd.MMIOTNG_CMD_NEW_DEVICES, {})
+
     def status(self) -> Status:
         reply = self._request(MmiotngCmd.MMIOTNG_CMD_STATUS, {})
         msg = next(m for m in reply if m.get("cmd") == MmiotngCmd.MMIOTNG_CMD_STATUS)

@@ -153,6 +153,29 @@ def device_bars(
     return bars
 
 
+PCI_ROM_RESOURCE: Final = 6
+
+
+def all_memory_ranges(sysfs_root: str | os.PathLike[str] = "/sys") -> list[Bar]:
+    """The assigned memory BARs and expansion ROMs of every PCI device
+    (--all), each once, in address order."""
+    found: dict[tuple[int, int], Bar] = {}
+    for path in sorted(Path(sysfs_root, "bus", "pci", "devices").iterdir()):
+        try:
+            rows = (path / "resource").read_text().splitlines()[:PCI_ROM_RESOURCE + 1]
+        except OSError:
+            continue        # gone meanwhile
+        for index, line in enumerate(rows):
+            try:
+                start, end, flags = (int(f, 16) for f in line.split())
+            except ValueError:
+                continue
+            if (flags & IORESOURCE_MEM and not flags & (IORESOURCE_UNSET | IORESOURCE_DISABLED)
+                    and start and end > start):
+                found.setdefault((start, end), Bar(index, start, end, flags))
+    return sorted(found.values(), key=lambda b: b.start)
+
+
 def driver_name(
     bdf: str | PciAddress, sysfs_root: str | os.PathLike[str] = "/sys"
 ) -> str | None:

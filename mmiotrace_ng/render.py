@@ -160,6 +160,7 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     22: "its pages map another physical range",            # EINVAL
     7: "its page-table entries changed while it was armed",  # E2BIG
     95: "its pages are 1 GiB pages, which the helper does not arm",  # EOPNOTSUPP
+    28: "the helper traces no more ranges at a time",        # ENOSPC
 }
 
 
@@ -169,6 +170,9 @@ def untraced_reason(err: int) -> str:
 
 def untraced_text(rec: NgRecUntraced) -> str:
     """What a MARK line (and the tracer's stderr) says of a mapping that is not traced."""
+    if not rec.virt:    # a BAR of a device bound while tracing (--all)
+        return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} of a PCI device "
+                f"bound while tracing is NOT traced: {untraced_reason(rec.err)}")
     return (f"mmiotrace-ng: ioremap of 0x{rec.phys:x} size 0x{rec.len:x} at 0x{rec.virt:x} "
             f"is NOT traced: {untraced_reason(rec.err)}")
 

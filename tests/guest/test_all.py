@@ -1,0 +1,106 @@
+"""--all against the kernel's own tracer, and a device that appears while
+tracing.
+
+The kernel's tracer traces every mapping made while it runs; mmiotrace-ng
+--all every PCI device's memory BARs and ROMs (other ioremaps get MAP and
+UNMAP lines only).  Loading e1000 and running an edu scenario under both,
+the streams must be the same record for record once timestamps, map ids
+and virtual addresses are normalized and runs of one repeated read (e1000
+polls) are collapsed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from kernel_tracer import capture, find_pci_device, map_id_problems, normalize
+from ng_tracer import MARKER, NgTracer
+
+E1000_ID = (0x8086, 0x100E)
+
+
+def between(text: str, begin: str, end: str) -> str:
+    lines = text.splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and begin in ln)
+    last = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and end in ln)
+    return "".join(lines[first + 1:last])
+
+
+def records(text: str) -> list[str]:
+    """Normalized records; a run of one repeated read counts once."""
+    out: list[str] = []
+    for ln in normalize(text):
+        if ln.startswith("R ") and out and out[-1] == ln:
+            continue
+        out.append(ln)
+    return out
+
+
+def test_all_matches_the_kernel_tracer(exerciser):
+    dev = find_pci_device(*E1000_ID)
+    assert dev is not None, "boot the VM with --qemu '-device e1000,...'"
+    subprocess.run(["rmmod", "e1000"], capture_output=True)
+
+    def workload() -> None:
+        # as in test_e1000_matches_kernel: both loads find the NIC alike
+        subprocess.run(["modprobe", "e1000"], check=True)
+        subprocess.run(["rmmod", "e1000"], check=True)
+        time.sleep(2.0)
+        MARKER.write_text("all-begin\n")
+        subprocess.run(["modprobe", "e1000"], check=True)
+        exerciser.run("readl")
+        MARKER.write_text("all-end\n")
+
+    kernel = capture(workload, until=lambda text: "all-end" in text, quiet=2.0, timeout=300)
+    subprocess.run(["rmmod", "e1000"], check=True)
+    t = NgTracer(["--all", "--compat"], "ng-all").start()
+    try:
+        workload()
+        ours = t.wait_for("all-end")
+    finally:
+        assert t.stop() == 0, t.stderr()
+        subprocess.run(["rmmod", "e1000"], capture_output=True)
+    k, o = records(between(kernel, "all-begin", "all-end")), records(between(ours, "all-begin",
+                                                                            "all-end"))
+    maps = [ln for ln in k if ln.startswith("MAP ")]
+    assert any(f"0x{dev.bars[0][0]:x}" in ln for ln in maps), maps
+    assert any(f"0x{exerciser.bar0[0]:x}" in ln for ln in maps), maps
+    assert sum(ln.startswith("W ") for ln in k) > 3000
+    assert map_id_problems(between(ours, "all-begin", "all-end")) == []
+    if o != k:
+        i = next((i for i, (a, b) in enumerate(zip(o, k, strict=False)) if a != b),
+                 min(len(o), len(k)))
+        raise AssertionError(f"line {i} differs (ours {len(o)}, kernel's {len(k)}):\n"
+                             f"ours:   {o[max(0, i - 3):i + 3]}\nkernel: {k[max(0, i - 3):i + 3]}")
+
+
+def test_device_added_while_tracing_is_traced(exerciser):
+    """The NIC is removed before the start, so --all does not list it; a
+    rescan brings it back while tracing and e1000 binds to it: the probe's
+    mapping and accesses are in the trace."""
+    dev = find_pci_device(*E1000_ID)
+    assert dev is not None
+    subprocess.run(["rmmod", "e1000"], capture_output=True)
+    subprocess.run(["modprobe", "e1000"], check=True)
+    Path(f"/sys/bus/pci/devices/{dev.name}/remove").write_text("1")
+    try:
+        t = NgTracer(["--all"], "ng-all-hotplug").start()
+        try:
+            text = t.section(lambda: Path("/sys/bus/pci/rescan").write_text("1"))
+        finally:
+            assert t.stop() == 0, t.stderr()
+    finally:
+        Path("/sys/bus/pci/rescan").write_text("1")
+        subprocess.run(["rmmod", "e1000"], capture_output=True)
+    back = find_pci_device(*E1000_ID)
+    assert back is not None and back.driver in (None, "e1000")
+    bar0 = back.bars[0][0]
+    maps = [ln.split() for ln in text.splitlines() if ln.startswith("MAP ")]
+    ids = {m[2] for m in maps if int(m[3], 16) == bar0}
+    assert ids, f"no MAP of the re-added NIC's BAR0 0x{bar0:x}:\n{text[:3000]}"
+    accesses = [ln for ln in text.splitlines()
+                if ln.startswith(("R ", "W ")) and ln.split()[3] in ids]
+    assert len(accesses) > 100, f"{len(accesses)} accesses of the re-added NIC"
+    assert "NOT traced" not in text
