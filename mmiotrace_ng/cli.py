@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from . import pci
+from . import __version__, pci
 from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
 from .loader import LoaderError, Probes
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
@@ -54,6 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     "iounmap) with all CPUs online, printing the kernel mmiotrace "
                     "format 20070824.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"mmiotrace-ng {__version__}")
     ap.add_argument("--pci", action="append", default=[], metavar="BDF",
                     help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable)")
     ap.add_argument("--all", action="store_true",
@@ -137,7 +138,8 @@ KPTR_RESTRICT = Path("/proc/sys/kernel/kptr_restrict")
 
 def read_vmallocinfo(path: str = "/proc/vmallocinfo") -> str:
     """/proc/vmallocinfo with real addresses: with kptr_restrict 0 the kernel
-    prints hashed ones, so it is set to 1 (root still sees them) meanwhile."""
+    prints hashed ones, so it is set to 1 (root still sees them) meanwhile;
+    2 (zeros even for root) is left alone and said by the caller."""
     try:
         saved = KPTR_RESTRICT.read_text().strip()
     except OSError:
@@ -236,7 +238,13 @@ class Session:
             self.raw.header(header)
         if not self.args.no_existing and not self.args.all:
             # each gets its MAP record from the helper, or a NOT traced one
-            for m in existing_mappings(ranges, read_vmallocinfo()):
+            found = existing_mappings(ranges, read_vmallocinfo())
+            if any(not m.virt for m in found):
+                print("mmiotrace-ng: kernel.kptr_restrict hides the addresses in "
+                      "/proc/vmallocinfo: mappings made before the start are not traced "
+                      "(kernel.kptr_restrict=1 shows them to root)", file=sys.stderr, flush=True)
+                found = [m for m in found if m.virt]
+            for m in found:
                 with contextlib.suppress(HelperError):
                     # a refusal is said by the helper's NOT traced record (in
                     # the stream and on stderr); EEXIST: armed already, by

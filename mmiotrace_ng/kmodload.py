@@ -41,7 +41,8 @@ def _build(release: str) -> Path:
     shutil.copytree(source_dir("kmod"), work,
                     ignore=shutil.ignore_patterns("*.o", "*.ko", "*.cmd", "*.mod*", ".*"))
     print(f"mmiotrace-ng: building the helper module for {release} ...", file=sys.stderr)
-    out = subprocess.run(["make", "-C", str(kdir), f"M={work}", "modules"],
+    out = subprocess.run(["make", f"-j{os.cpu_count() or 1}", "-C", str(kdir), f"M={work}",
+                          "modules"],
                          capture_output=True, text=True)
     if out.returncode:
         raise LoaderError("building the helper module failed:\n" + out.stderr[-2000:])

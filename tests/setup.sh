@@ -55,6 +55,14 @@ if ! "$repo/.venv/bin/python" -c 'import pyroute2, pytest, capstone' 2>/dev/null
     "$repo/.venv/bin/pip" install -q -e "$repo[test]"
 fi
 
+# the wheel users install, and the pyroute2 it needs, for the guest test
+# that installs it into a fresh venv (tests/guest/test_install.py)
+dist="$repo/tests/artifacts/dist"
+rm -rf "$dist" && mkdir -p "$dist"
+"$repo/.venv/bin/pip" wheel -q --no-deps --no-build-isolation -w "$dist" "$repo" >/dev/null
+pyroute2=$("$repo/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("pyroute2"))')
+"$repo/.venv/bin/pip" download -q --no-deps -d "$dist" "pyroute2==$pyroute2" >/dev/null
+
 log "building the kernel modules for $KVER"
 for d in kmod tests/drivers/edu_exerciser; do
     make -s -C "/lib/modules/$KVER/build" M="$repo/$d" modules >/dev/null

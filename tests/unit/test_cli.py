@@ -57,3 +57,24 @@ def test_usage_errors_exit_2(argv, words, capsys):
 def test_command_after_double_dash():
     args = cli.parse_args(["--pci", "01:00.0", "--", "modprobe", "-v", "nouveau"])
     assert args.cmd == ["modprobe", "-v", "nouveau"] and args.pci == ["01:00.0"]
+
+
+def test_version(capsys) -> None:
+    from mmiotrace_ng import __version__
+    from mmiotrace_ng.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"mmiotrace-ng {__version__}\n"
+
+
+def test_existing_mappings_with_hidden_addresses() -> None:
+    """kptr_restrict=2: vmallocinfo shows 0 for every address; such entries
+    come back with virt 0, for the caller to say why they are not traced."""
+    from mmiotrace_ng.cli import existing_mappings
+
+    info = ("0x0000000000000000-0x0000000000000000  1052672 pci_iomap_range+0x5e/0x80 "
+            "phys=0x00000000fea00000 ioremap\n")
+    found = existing_mappings([(0xFEA00000, 0xFEB00000)], info)
+    assert [(m.virt, m.phys) for m in found] == [(0, 0xFEA00000)]
