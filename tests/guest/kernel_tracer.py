@@ -27,6 +27,7 @@ import errno
 import os
 import re
 import select
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -430,6 +431,40 @@ def device_stream(text: str, bars: list[tuple[int, int]]) -> list[tuple]:
             continue
         out.append(rec)
     return out
+
+
+def between(text: str, begin: str, end: str) -> str:
+    """The lines between the MARK lines that contain begin and end."""
+    lines = text.splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and begin in ln)
+    last = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and end in ln)
+    return "".join(lines[first + 1:last])
+
+
+def assert_same(ours: list, kernel: list) -> None:
+    """Two record lists equal, or an error showing the first difference."""
+    if ours == kernel:
+        return
+    i = next((i for i, (a, b) in enumerate(zip(ours, kernel, strict=False)) if a != b),
+             min(len(ours), len(kernel)))
+    raise AssertionError(f"record {i} differs (ours {len(ours)}, kernel's {len(kernel)}):\n"
+                         f"ours:   {ours[max(0, i - 3):i + 3]}\n"
+                         f"kernel: {kernel[max(0, i - 3):i + 3]}")
+
+
+def prepared_e1000_load(begin: str, end: str, also=None) -> None:
+    """modprobe e1000 between two markers, after the same preparation for
+    every tracer: a load and unload (the first load after boot reads other
+    values), then 2 s for the link state the unload left to settle, so that
+    each traced load finds the device alike.  also(): more, before end."""
+    subprocess.run(["modprobe", "e1000"], check=True)
+    subprocess.run(["rmmod", "e1000"], check=True)
+    time.sleep(2.0)
+    _write(TRACING / "trace_marker", begin + "\n")
+    subprocess.run(["modprobe", "e1000"], check=True)
+    if also is not None:
+        also()
+    _write(TRACING / "trace_marker", end + "\n")
 
 
 def map_id_problems(text: str) -> list[str]:

@@ -12,20 +12,20 @@ polls) are collapsed.
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
-from kernel_tracer import capture, find_pci_device, map_id_problems, normalize
-from ng_tracer import MARKER, NgTracer
+from kernel_tracer import (
+    assert_same,
+    between,
+    capture,
+    find_pci_device,
+    map_id_problems,
+    normalize,
+    prepared_e1000_load,
+)
+from ng_tracer import NgTracer
 
 E1000_ID = (0x8086, 0x100E)
-
-
-def between(text: str, begin: str, end: str) -> str:
-    lines = text.splitlines(keepends=True)
-    first = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and begin in ln)
-    last = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and end in ln)
-    return "".join(lines[first + 1:last])
 
 
 def records(text: str) -> list[str]:
@@ -44,14 +44,7 @@ def test_all_matches_the_kernel_tracer(exerciser):
     subprocess.run(["rmmod", "e1000"], capture_output=True)
 
     def workload() -> None:
-        # as in test_e1000_matches_kernel: both loads find the NIC alike
-        subprocess.run(["modprobe", "e1000"], check=True)
-        subprocess.run(["rmmod", "e1000"], check=True)
-        time.sleep(2.0)
-        MARKER.write_text("all-begin\n")
-        subprocess.run(["modprobe", "e1000"], check=True)
-        exerciser.run("readl")
-        MARKER.write_text("all-end\n")
+        prepared_e1000_load("all-begin", "all-end", also=lambda: exerciser.run("readl"))
 
     kernel = capture(workload, until=lambda text: "all-end" in text, quiet=2.0, timeout=300)
     subprocess.run(["rmmod", "e1000"], check=True)
@@ -69,11 +62,7 @@ def test_all_matches_the_kernel_tracer(exerciser):
     assert any(f"0x{exerciser.bar0[0]:x}" in ln for ln in maps), maps
     assert sum(ln.startswith("W ") for ln in k) > 3000
     assert map_id_problems(between(ours, "all-begin", "all-end")) == []
-    if o != k:
-        i = next((i for i, (a, b) in enumerate(zip(o, k, strict=False)) if a != b),
-                 min(len(o), len(k)))
-        raise AssertionError(f"line {i} differs (ours {len(o)}, kernel's {len(k)}):\n"
-                             f"ours:   {o[max(0, i - 3):i + 3]}\nkernel: {k[max(0, i - 3):i + 3]}")
+    assert_same(o, k)
 
 
 def test_device_added_while_tracing_is_traced(exerciser):

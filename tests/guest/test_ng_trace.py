@@ -23,11 +23,14 @@ from pathlib import Path
 import pytest
 from conftest import memset_bytewise
 from kernel_tracer import (
+    assert_same,
+    between,
     capture,
     device_stream,
     find_pci_device,
     map_id_problems,
     normalize,
+    prepared_e1000_load,
     to_records,
 )
 from ng_tracer import MARKER, NG, NgTracer, helper_status
@@ -284,13 +287,6 @@ def test_reading_resumes_after_overflow(edu, exerciser):
 E1000_ID = (0x8086, 0x100E)
 
 
-def _between(text: str, begin: str, end: str) -> str:
-    lines = text.splitlines(keepends=True)
-    first = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and begin in ln)
-    last = next(i for i, ln in enumerate(lines) if ln.startswith("MARK ") and end in ln)
-    return "".join(lines[first + 1:last])
-
-
 def test_e1000_matches_kernel():
     """modprobe e1000 under both tracers: the same records in the same order.
 
@@ -302,12 +298,7 @@ def test_e1000_matches_kernel():
     subprocess.run(["rmmod", "e1000"], capture_output=True)
 
     def prepared_load() -> None:
-        subprocess.run(["modprobe", "e1000"], check=True)
-        subprocess.run(["rmmod", "e1000"], check=True)
-        time.sleep(2.0)
-        MARKER.write_text("e1000-load\n")
-        subprocess.run(["modprobe", "e1000"], check=True)
-        MARKER.write_text("e1000-loaded\n")
+        prepared_e1000_load("e1000-load", "e1000-loaded")
 
     kernel = capture(prepared_load, until=lambda text: "e1000-loaded" in text,
                      quiet=2.0, timeout=300)
@@ -319,8 +310,8 @@ def test_e1000_matches_kernel():
     finally:
         assert t.stop() == 0, t.stderr()
     subprocess.run(["rmmod", "e1000"], check=True)
-    kernel = _between(kernel, "e1000-load", "e1000-loaded")
-    ours = _between(ours, "e1000-load", "e1000-loaded")
+    kernel = between(kernel, "e1000-load", "e1000-loaded")
+    ours = between(ours, "e1000-load", "e1000-loaded")
 
     bars = [b for b in dev.bars if b[1]]
     k, o = device_stream(kernel, bars), device_stream(ours, bars)
@@ -328,9 +319,4 @@ def test_e1000_matches_kernel():
     assert sum(r[0] == "R" for r in k) > 500 and sum(r[0] == "W" for r in k) > 3000
     assert [r for r in k if r[0] in ("MAP", "UNMAP")], "no mapping of the NIC in the window"
     assert not [r for r in o if r[0] in ("LOST", "?")], [r for r in o if r[0] in ("LOST", "?")]
-    if o != k:
-        i = next((i for i, (a, b) in enumerate(zip(o, k, strict=False)) if a != b),
-                 min(len(o), len(k)))
-        pytest.fail(f"record {i} differs (ours {len(o)}, kernel's {len(k)}):\n"
-                    f"ours:   {o[max(0, i - 3):i + 3]}\nkernel: {k[max(0, i - 3):i + 3]}",
-                    pytrace=False)
+    assert_same(o, k)
