@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 
 from conftest import BAD_KERNEL_LOG, EXERCISER_DEBUGFS, EXERCISER_KO, KernelLog  # noqa: E402
 from kernel_tracer import find_pci_device  # noqa: E402
-from ng_tracer import NG  # noqa: E402
+from ng_tracer import NG, helper_status  # noqa: E402
 
 SUMMARY = re.compile(r"map (\d+), unmap (\d+), access (\d+), mark (\d+)\), lost (\d+)")
 LOST = re.compile(rb"^MARK 0\.000000 Lost (\d+) events\.$")
@@ -73,16 +73,10 @@ def rss_kib(pid: int) -> int:
 
 def helper_idle() -> bool:
     """Nothing left in the helper, and the device works untraced."""
-    from dataclasses import asdict
-
-    from mmiotrace_ng.netlink import HelperSocket
-
-    with HelperSocket() as h:
-        st = asdict(h.status())
+    st = helper_status()
     faults = st["faults"]
     (EXERCISER_DEBUGFS / "run").write_text("readl\n")
-    with HelperSocket() as h:
-        after = h.status().faults
+    after = helper_status()["faults"]
     if st["filters"] or st["mappings"] or st["armed_pages"] or st["owner"] or after != faults:
         print(f"storm: FAIL: the helper after the run: {st}, faults then {after}",
               file=sys.stderr)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from conftest import EXERCISER_DEBUGFS
-from ng_tracer import NG, REPO, NgTracer, helper_status
+from ng_tracer import NG, NgTracer, helper_status
+from test_reliability import ensure_helper
 
 HOLD = EXERCISER_DEBUGFS / "hold"
 
@@ -37,11 +38,6 @@ def held_pages() -> tuple[int, int, int]:
     m = re.fullmatch(r"virt 0x([0-9a-f]+) pages (\d+) present (\d+)\n", HOLD.read_text())
     assert m, HOLD.read_text()
     return int(m[1], 16), int(m[2]), int(m[3])
-
-
-def ensure_helper() -> None:
-    if not Path("/sys/module/mmiotng").exists():
-        subprocess.run(["insmod", str(REPO / "kmod" / "mmiotng.ko")], check=True)
 
 
 def rmmod_helper() -> None:
