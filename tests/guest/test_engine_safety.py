@@ -143,6 +143,7 @@ def test_arm_live_mapping_while_striding(exerciser):
     assert cycles >= 200
 
 
+@pytest.mark.single_tcg
 def test_filter_del_racing_ioremap(exerciser):
     """Item 2: filters come and go while the driver maps, holds and unmaps a
     page in a loop; after every delete nothing is armed; rmmod of the helper
@@ -182,6 +183,7 @@ def test_filter_del_racing_ioremap(exerciser):
     exerciser.run("readl")
 
 
+@pytest.mark.single_tcg
 def test_rmmod_with_session_racing_ioremap(exerciser):
     """Item 2, at module exit: the helper is unloaded while a controller
     traces the BAR and the driver maps and unmaps it in a loop.  Refused, or
