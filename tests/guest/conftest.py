@@ -176,3 +176,18 @@ def exerciser():
         yield Exerciser(dev)
     finally:
         _rmmod("edu_exerciser")
+
+
+@pytest.fixture
+def held(exerciser):
+    """The exerciser, with its held mapping unmapped and the helper loaded
+    after the test (see held.py)."""
+    from held import ensure_helper, hold
+
+    ensure_helper()
+    yield exerciser
+    try:
+        hold("unmap")
+    except OSError:
+        pass
+    ensure_helper()

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 from conftest import EXERCISER_DEBUGFS
+from held import ensure_helper
 from kernel_tracer import to_records
 from ng_tracer import MARKER, REPO, NgTracer, helper_status
-from test_reliability import PY, ensure_helper
+from test_reliability import PY
 
 import mmiotrace_ng.netlink as nl
 

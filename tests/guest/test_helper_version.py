@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from held import ensure_helper
 from kernel_tracer import to_records
 from ng_tracer import NG, REPO, NgTracer, helper_status
-from test_reliability import ensure_helper
 
 import mmiotrace_ng.netlink as nl
 from mmiotrace_ng.abi import MMIOTNG_ABI_VERSION

@@ -1,6 +1,8 @@
 """The output side: the trace is a byte stream end to end, and a closed pipe,
-a full filesystem or a file that cannot be created stop tracing cleanly
-(nothing left armed, no traceback)."""
+a full filesystem or a file that cannot be created stop tracing cleanly:
+no traceback, and nothing left armed, which is read from the kernel's page
+table with a mapping held open across the run (held.py), not from the
+helper's STATUS alone."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from held import assert_left_whole, held_pages, hold
 from kernel_tracer import KernelMmiotrace
 from ng_tracer import MARKER, NG, NgTracer, helper_status
 
@@ -68,12 +71,16 @@ def test_marker_bytes_as_the_kernel_prints_them(exerciser):
     assert want[3].startswith(b"long LLLL")
 
 
-def test_closed_pipe_stops_quietly(exerciser):
+def test_closed_pipe_stops_quietly(held):
     """mmiotrace-ng ... | head -1: a quiet stop, 128 + SIGPIPE, nothing armed."""
+    exerciser = held
+    hold("map")
     proc = subprocess.Popen([*NG, "--pci", exerciser.dev.name], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     first = proc.stdout.readline()
     assert first == b"VERSION 20070824\n"
+    while held_pages()[2] and proc.poll() is None:   # armed once ready
+        time.sleep(0.2)
     proc.stdout.close()                        # what head does after its line
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
@@ -82,9 +89,12 @@ def test_closed_pipe_stops_quietly(exerciser):
     err = proc.stderr.read().decode(errors="replace")
     assert "Traceback" not in err and "Error" not in err, err
     assert_disarmed()
+    assert_left_whole(exerciser)
 
 
-def test_output_file_that_cannot_be_created(exerciser):
+def test_output_file_that_cannot_be_created(held):
+    exerciser = held
+    hold("map")
     res = subprocess.run([*NG, "--pci", exerciser.dev.name, "-o", "/nonexistent/dir/x.txt",
                           "--", "true"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2
@@ -92,10 +102,13 @@ def test_output_file_that_cannot_be_created(exerciser):
     assert lines == ["mmiotrace-ng: cannot write /nonexistent/dir/x.txt: "
                      "No such file or directory"], lines
     assert_disarmed()
+    assert_left_whole(exerciser)
 
 
-def test_full_filesystem_stops_tracing(exerciser):
+def test_full_filesystem_stops_tracing(held):
     """-o on a tmpfs that fills up during a burst: exit 2, one line, nothing armed."""
+    exerciser = held
+    hold("map")
     mnt = tempfile.mkdtemp()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt], check=True)
     try:
@@ -107,7 +120,7 @@ def test_full_filesystem_stops_tracing(exerciser):
         last = res.stderr.strip().splitlines()[-1]
         assert "cannot write the trace to" in last and "No space left on device" in last, last
         assert_disarmed()
-        exerciser.run("readl")                 # the device works, untraced
+        assert_left_whole(exerciser)
     finally:
         subprocess.run(["umount", mnt], check=False)
         os.rmdir(mnt)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from held import ensure_helper
 from kernel_tracer import find_pci_device, to_records
 from ng_tracer import NG, REPO, NgTracer, helper_status
 
@@ -47,11 +48,6 @@ def spawn_controller(start: int, length: int) -> tuple[int, int]:
             os._exit(1)
     os.close(w)
     return pid, r
-
-
-def ensure_helper() -> None:
-    if not Path("/sys/module/mmiotng").exists():
-        subprocess.run(["insmod", str(REPO / "kmod" / "mmiotng.ko")], check=True)
 
 
 def assert_disarmed() -> None:

@@ -10,51 +10,15 @@ its fault counter, which must not move while nothing is traced.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from conftest import EXERCISER_DEBUGFS
+from held import HOLD, assert_left_whole, held_pages, hold
 from ng_tracer import NG, NgTracer, helper_status
-from test_reliability import ensure_helper
-
-HOLD = EXERCISER_DEBUGFS / "hold"
-
-
-def hold(cmd: str) -> None:
-    fd = os.open(HOLD, os.O_WRONLY)
-    try:
-        assert os.write(fd, cmd.encode()) == len(cmd)
-    finally:
-        os.close(fd)
-
-
-def held_pages() -> tuple[int, int, int]:
-    """(virt, pages, present) of the exerciser's held mapping."""
-    m = re.fullmatch(r"virt 0x([0-9a-f]+) pages (\d+) present (\d+)\n", HOLD.read_text())
-    assert m, HOLD.read_text()
-    return int(m[1], 16), int(m[2]), int(m[3])
-
-
-def rmmod_helper() -> None:
-    res = subprocess.run(["rmmod", "mmiotng"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, f"rmmod mmiotng refused: {res.stderr.strip()}"
-    assert not Path("/sys/module/mmiotng").exists()
-
-
-@pytest.fixture
-def held(exerciser):
-    ensure_helper()
-    yield exerciser
-    try:
-        hold("unmap")
-    except OSError:
-        pass
-    ensure_helper()
 
 
 @pytest.mark.parametrize("when", ["before-start", "after-start"])
@@ -82,18 +46,8 @@ def test_killed_tracer_leaves_the_page_table_whole(held, when):
             t.proc.kill()
             t.proc.wait(30)
     # the helper disarms when the killed tracer's socket is released
-    deadline = time.monotonic() + 10
-    while held_pages()[2] != pages and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert held_pages() == (virt, pages, pages), "pages left not-present after the kill"
-    before = helper_status()["faults"]
-    hold("touch")
-    held.run("readl")
-    assert helper_status()["faults"] == before, "the helper took faults with nothing traced"
-    rmmod_helper()
-    hold("touch")            # a page left not-present would oops here
-    held.run("readl")
-    assert held_pages() == (virt, pages, pages)
+    assert held_pages()[0] == virt
+    assert_left_whole(held)
 
 
 def test_untraced_device_takes_no_fault(held):
