@@ -25,7 +25,16 @@
 #include <linux/types.h>
 
 #include "mmiotrace_ng.h"
-#include "mmiotng_abi.h"
+
+/* what on_access copies from the helper's record into ours */
+#define NG_SAME_SIZE(a, fa, b, fb) \
+	_Static_assert(sizeof(((a *)0)->fa) == sizeof(((b *)0)->fb), #fa " of " #a " and " #b)
+NG_SAME_SIZE(struct ng_rec_access, insn, struct mmiotng_access, insn);
+NG_SAME_SIZE(struct ng_rec_access, value, struct mmiotng_access, value);
+NG_SAME_SIZE(struct ng_rec_access, op, struct mmiotng_access, op);
+NG_SAME_SIZE(struct ng_rec_access, width, struct mmiotng_access, width);
+NG_SAME_SIZE(struct ng_rec_access, flags, struct mmiotng_access, flags);
+NG_SAME_SIZE(struct ng_rec_untraced, err, struct mmiotng_map, err);
 
 struct ng_ioremap_args {
 	u64 phys;

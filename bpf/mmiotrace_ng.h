@@ -9,8 +9,11 @@
 #ifndef MMIOTRACE_NG_H
 #define MMIOTRACE_NG_H
 
-#define NG_MARK_MAX	4096	/* marker text kept: what the kernel keeps (1 KiB on 6.1, 4 KiB on 6.12) */
-#define NG_INSN_BYTES	8
+#include "mmiotng_abi.h"
+
+/* marker text kept: what the kernel keeps (1 KiB on 6.1, 4 KiB on 6.12) */
+#define NG_MARK_MAX	MMIOTNG_MARK_MAX
+#define NG_INSN_BYTES	MMIOTNG_INSN_BYTES
 
 enum ng_rec_type {
 	NG_REC_MAP = 1,

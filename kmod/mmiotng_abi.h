@@ -93,23 +93,36 @@ enum mmiotng_cmd {
 
 #define MMIOTNG_CMD_MAX (__MMIOTNG_CMD_MAX - 1)
 
+/*
+ * MMIOTNG_ATTRS(X): the one list of attributes, in number order from 1.
+ * X(NAME, TYPE, DIR) gives MMIOTNG_A_NAME, its payload (U32 or U64: NLA_
+ * and nla_get_/nla_put_ suffixes) and its direction: REQ, taken in a
+ * request; REPLY, only in STATUS replies (a request carrying it is
+ * refused).  The enum, the module's policy and the check of the Python
+ * mirror (ATTR_TYPES in mmiotrace_ng/abi.py) all come from this list.
+ */
+#define MMIOTNG_ATTRS(X)						\
+	X(PHYS, U64, REQ)		/* physical address */		\
+	X(SIZE, U64, REQ)		/* bytes */			\
+	X(VIRT, U64, REQ)		/* address ioremap returned */	\
+	X(MODE, U32, REQ)		/* MMIOTNG_MODE_* */		\
+	X(STAT_ARMED_PAGES, U64, REPLY)					\
+	X(STAT_MAPPINGS, U64, REPLY)					\
+	X(STAT_FILTERS, U64, REPLY)					\
+	X(STAT_FAULTS, U64, REPLY)					\
+	X(STAT_EMULATED, U64, REPLY)					\
+	X(STAT_SINGLESTEPPED, U64, REPLY)				\
+	X(STAT_UNKNOWN, U64, REPLY)					\
+	X(STAT_OWNER, U32, REPLY)	/* port id of the controller, 0: none */ \
+	X(STAT_REFUSED, U64, REPLY)	/* mappings of a traced range left unarmed */ \
+	X(STAT_RETRIED, U64, REPLY)	/* faults that raced a disarm, retried */ \
+	X(STAT_ABI_VERSION, U32, REPLY)	/* MMIOTNG_ABI_VERSION of the module */
+
+#define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
+
 enum mmiotng_attr {
 	MMIOTNG_A_UNSPEC,
-	MMIOTNG_A_PHYS,			/* u64 */
-	MMIOTNG_A_SIZE,			/* u64 */
-	MMIOTNG_A_VIRT,			/* u64 */
-	MMIOTNG_A_MODE,			/* u32 */
-	MMIOTNG_A_STAT_ARMED_PAGES,	/* u64 */
-	MMIOTNG_A_STAT_MAPPINGS,	/* u64 */
-	MMIOTNG_A_STAT_FILTERS,		/* u64 */
-	MMIOTNG_A_STAT_FAULTS,		/* u64 */
-	MMIOTNG_A_STAT_EMULATED,	/* u64 */
-	MMIOTNG_A_STAT_SINGLESTEPPED,	/* u64 */
-	MMIOTNG_A_STAT_UNKNOWN,		/* u64 */
-	MMIOTNG_A_STAT_OWNER,		/* u32: netlink port id of the controller, 0 if none */
-	MMIOTNG_A_STAT_REFUSED,		/* u64: mappings of a traced range left unarmed */
-	MMIOTNG_A_STAT_RETRIED,		/* u64: faults that raced a disarm, retried */
-	MMIOTNG_A_STAT_ABI_VERSION,	/* u32: MMIOTNG_ABI_VERSION of the module */
+	MMIOTNG_ATTRS(MMIOTNG_ATTR_ENUM)
 	MMIOTNG_A_PAD,			/* padding of 64-bit attributes */
 	__MMIOTNG_A_MAX,
 };

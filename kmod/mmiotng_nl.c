@@ -181,11 +181,15 @@ static int ng_cmd_status(struct sk_buff *skb, struct genl_info *info)
 	return genlmsg_reply(msg, info);
 }
 
+/* from MMIOTNG_ATTRS: requests carry REQ attributes only */
+#define NG_POLICY_REQ(t)	NLA_##t
+#define NG_POLICY_REPLY(t)	NLA_REJECT
+#define NG_POLICY(n, t, dir) \
+	[MMIOTNG_A_##n] = { .type = NG_POLICY_##dir(t) },
+
 static const struct nla_policy ng_policy[MMIOTNG_A_MAX + 1] = {
-	[MMIOTNG_A_PHYS] = { .type = NLA_U64 },
-	[MMIOTNG_A_SIZE] = { .type = NLA_U64 },
-	[MMIOTNG_A_VIRT] = { .type = NLA_U64 },
-	[MMIOTNG_A_MODE] = { .type = NLA_U32 },
+	MMIOTNG_ATTRS(NG_POLICY)
+	[MMIOTNG_A_PAD] = { .type = NLA_REJECT },
 };
 
 #define NG_OP(c, fn, iflags) \

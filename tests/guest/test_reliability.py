@@ -228,6 +228,8 @@ def test_hostile_netlink_input(exerciser):
             (C.MMIOTNG_CMD_FILTER_DEL, [["MMIOTNG_A_PHYS", start], ["MMIOTNG_A_SIZE", 4096]],
              errno.ENOENT),
             (99, [], errno.EOPNOTSUPP),                                         # no such cmd
+            # a reply-only attribute in a request (MMIOTNG_ATTRS: REPLY)
+            (C.MMIOTNG_CMD_STATUS, [["MMIOTNG_A_STAT_FAULTS", 1]], errno.EINVAL),
         ]
         for cmd, attrs, want in cases:
             code = raw_request(h, cmd, attrs)

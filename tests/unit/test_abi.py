@@ -59,8 +59,22 @@ def strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*", " ", text)
 
 
+ATTR_LIST = re.compile(r"^#define\s+MMIOTNG_ATTRS\(X\)((?:.*\\\n)*.*)$", re.MULTILINE)
+ATTR_ENTRY = re.compile(r"\bX\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
+NL_TYPES = {"U32": "uint32", "U64": "uint64"}
+
+
+def attr_list(text: str) -> list[tuple[str, str, str]]:
+    """(NAME, TYPE, DIR) of each X() of MMIOTNG_ATTRS, the attribute list."""
+    m = ATTR_LIST.search(strip_comments(text))
+    return ATTR_ENTRY.findall(m[1]) if m else []
+
+
 def parse_header(text: str) -> Header:
     text = strip_comments(text)
+    # the attribute list expands into enum mmiotng_attr
+    names = "".join(f"MMIOTNG_A_{name}," for name, _t, _d in attr_list(text))
+    text = re.sub(r"\bMMIOTNG_ATTRS\(\s*\w+\s*\)(?!\s*\\)", names, text)
     structs: dict[str, list[CField]] = {}
     for m in re.finditer(r"\bstruct\s+(\w+)\s*\{(.*?)\}\s*;", text, flags=re.DOTALL):
         fields = []
@@ -115,7 +129,8 @@ def c_facts(header_paths: list[Path], hdr: Header, tmp: Path) -> list[tuple[str,
     assert gcc, "gcc is needed to check the mirrors against the headers"
     src, exe = tmp / "layout.c", tmp / "layout"
     src.write_text(c_program(header_paths, hdr))
-    subprocess.run([gcc, "-Wall", "-Werror", "-o", str(exe), str(src)], check=True)
+    subprocess.run([gcc, "-Wall", "-Werror", f"-I{ABI_H.parent}", "-o", str(exe), str(src)],
+                   check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     return [tuple(line.split(" ", 1)) for line in out.splitlines()]  # type: ignore[misc]
 
@@ -213,6 +228,12 @@ def compare(header_paths: list[Path], mirror: ModuleType, tmp: Path) -> list[str
         py_members = {m.name: int(m.value) for m in py_enum}
         if c_members != py_members:
             problems.append(f"enum {ename}: {c_members} != mirror {py_members}")
+    # the payload type of each attribute, from the list
+    if hasattr(mirror, "ATTR_TYPES"):
+        want_types = {f"MMIOTNG_A_{name}": NL_TYPES.get(t, t) for name, t, _d in attr_list(text)}
+        have = {m.name: t for m, t in mirror.ATTR_TYPES.items() if t != "none"}
+        if have != want_types:
+            problems.append(f"ATTR_TYPES {have} != the attribute list {want_types}")
     return problems
 
 
@@ -256,6 +277,11 @@ def test_headers_parsed_completely() -> None:
     assert set(kmod.enums) == {"mmiotng_cmd", "mmiotng_attr"}
     assert kmod.defines["MMIOTNG_GENL_NAME"] == '"mmiotrace_ng"'
     assert "MMIOTNG_A_MAX" in kmod.defines
+    attrs = attr_list(ABI_H.read_text())
+    assert len(attrs) == 15 and attrs[0] == ("PHYS", "U64", "REQ")
+    assert {d for _n, _t, d in attrs} == {"REQ", "REPLY"}
+    assert kmod.enums["mmiotng_attr"][:2] == ["MMIOTNG_A_UNSPEC", "MMIOTNG_A_PHYS"]
+    assert kmod.enums["mmiotng_attr"][-2:] == ["MMIOTNG_A_PAD", "__MMIOTNG_A_MAX"]
 
 
 def _mutated(tmp_path: Path, src: Path, old: str, new: str) -> Path:
@@ -301,10 +327,12 @@ def _mutated(tmp_path: Path, src: Path, old: str, new: str) -> Path:
         (
             ABI_H,
             abi,
-            "\t__MMIOTNG_A_MAX,",
-            "\tMMIOTNG_A_NEW,\n\t__MMIOTNG_A_MAX,",
+            "\tX(STAT_ABI_VERSION, U32, REPLY)",
+            "\tX(STAT_NEW, U64, REPLY) \\\n\tX(STAT_ABI_VERSION, U32, REPLY)",
             "enum mmiotng_attr",
         ),
+        # an attribute of another payload type
+        (ABI_H, abi, "X(MODE, U32, REQ)", "X(MODE, U64, REQ)", "ATTR_TYPES"),
         # a renamed #define: the old name is an extra in the mirror
         (
             ABI_H,
