@@ -1,8 +1,9 @@
-"""Find, build and load the mmiotng helper module."""
+"""Find, build and load the mmiotng helper module; install it with DKMS."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,53 @@ def _insmod(ko: Path) -> None:
         raise LoaderError(f"insmod {ko} failed: {out.stderr.strip()} (see dmesg)")
 
 
+BUILT_FILES = ("*.o", "*.ko", "*.cmd", "*.mod*", ".*", "Module.symvers", "modules.order")
+
+
+def _copy_sources(dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(source_dir("kmod"), dest, ignore=shutil.ignore_patterns(*BUILT_FILES))
+
+
+def dkms_version() -> str:
+    """PACKAGE_VERSION of the shipped dkms.conf."""
+    m = re.search(r'^PACKAGE_VERSION="([^"]+)"', (source_dir("kmod") / "dkms.conf").read_text(),
+                  re.M)
+    if not m:
+        raise LoaderError("the shipped dkms.conf names no PACKAGE_VERSION")
+    return m[1]
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError as exc:
+        raise LoaderError(f"{cmd[0]} is not installed (Debian: apt install {cmd[0]})") from exc
+
+
+def dkms_install(release: str) -> Path:
+    """Put the shipped helper sources in /usr/src/mmiotng-VERSION, register
+    them with DKMS (which rebuilds the helper for each new kernel) and build
+    and install the helper for `release`.  Returns the installed module."""
+    version = dkms_version()
+    if not Path(f"/lib/modules/{release}/build").is_dir():
+        raise LoaderError(f"no kernel headers to build the helper for {release}: "
+                          f"install linux-headers-{release}")
+    src = Path(os.environ.get("MMIOTNG_DKMS_SRC", "/usr/src")) / f"{MODULE}-{version}"
+    ref = f"{MODULE}/{version}"
+    if _run(["dkms", "status", ref]).stdout.strip():
+        _run(["dkms", "remove", ref, "--all"])      # a reinstall: the sources may differ
+    _copy_sources(src)
+    for step in (["dkms", "add", str(src)], ["dkms", "build", ref, "-k", release],
+                 ["dkms", "install", ref, "-k", release]):
+        out = _run(step)
+        if out.returncode:
+            raise LoaderError(f"{' '.join(step)} failed:\n{(out.stdout + out.stderr)[-2000:]}")
+    path = _run(["modinfo", "-k", release, "-n", MODULE]).stdout.strip()
+    return Path(path)
+
+
 def _build(release: str) -> Path:
     """Build the helper for this kernel in a private copy of kmod/."""
     kdir = Path(f"/lib/modules/{release}/build")
@@ -36,10 +84,7 @@ def _build(release: str) -> Path:
         raise LoaderError(f"the helper module is not built and there are no kernel headers "
                           f"to build it: install linux-headers-{release}")
     work = Path(os.environ.get("MMIOTNG_BUILD_DIR", f"/var/cache/mmiotrace-ng/kmod-{release}"))
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(source_dir("kmod"), work,
-                    ignore=shutil.ignore_patterns("*.o", "*.ko", "*.cmd", "*.mod*", ".*"))
+    _copy_sources(work)
     print(f"mmiotrace-ng: building the helper module for {release} ...", file=sys.stderr)
     out = subprocess.run(["make", f"-j{os.cpu_count() or 1}", "-C", str(kdir), f"M={work}",
                           "modules"],
@@ -80,8 +125,9 @@ def _replace_stale() -> None:
 
 
 def ensure_loaded(explicit: str | None = None) -> None:
-    """Load the helper: --helper PATH, the checkout's build, DKMS, or a fresh build.
-    A loaded helper of another interface version is replaced."""
+    """Load the helper: --helper PATH, the checkout's build, DKMS (modprobe),
+    or a fresh build.  A loaded helper of another interface version is
+    replaced, one that modprobe found included."""
     if loaded():
         _replace_stale()
     if loaded():
@@ -98,5 +144,12 @@ def ensure_loaded(explicit: str | None = None) -> None:
         _insmod(local)
         return
     if subprocess.run(["modprobe", "-q", MODULE], capture_output=True).returncode == 0:
-        return
+        version, _owner = _loaded_abi()
+        if version == MMIOTNG_ABI_VERSION:
+            return
+        # an installed (DKMS) helper of an older mmiotrace-ng
+        print(f"mmiotrace-ng: the installed helper module is of interface {version}, this "
+              f"mmiotrace-ng needs {MMIOTNG_ABI_VERSION} (`mmiotrace-ng install-helper` "
+              "updates it); building one", file=sys.stderr)
+        _replace_stale()
     _insmod(_build(release))

@@ -32,8 +32,9 @@ if [ -z "$NO_APT" ]; then
         apt-get install -y -q $missing >/dev/null
     fi
     # vagrant validates vagrant/ in the host tests; its recommends are a mail
-    # and NFS server we do not want
-    for p in vagrant vagrant-libvirt; do
+    # and NFS server we do not want; dkms for the guest test of
+    # `mmiotrace-ng install-helper` (its recommends: a compiler for every arch)
+    for p in vagrant vagrant-libvirt dkms; do
         dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || {
             log "installing $p"
             DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p" >/dev/null; }

@@ -1,13 +1,16 @@
 """The tool as users install it: the wheel built from this repository
 (tests/setup.sh puts it in tests/artifacts/dist), installed into a fresh
-venv outside the repository, run from /, with the helper module built on
-first use from the sources the wheel ships."""
+venv outside the repository and run from /, with the helper module either
+built on first use from the sources the wheel ships or installed with DKMS
+by `mmiotrace-ng install-helper`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from conftest import EXERCISER_DEBUGFS
 from ng_tracer import REPO
 
 DIST = REPO / "tests" / "artifacts" / "dist"
+RELEASE = os.uname().release
 
 
 def rmmod_helper() -> None:
@@ -22,15 +26,16 @@ def rmmod_helper() -> None:
         subprocess.run(["rmmod", "mmiotng"], check=True, timeout=120)
 
 
-def test_installed_wheel_traces_with_a_helper_built_on_first_use(exerciser, tmp_path):
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """A fresh venv with the wheel installed; the environment to run its
+    console script in, with nothing of the checkout on the path."""
     wheels = sorted(DIST.glob("mmiotrace_ng-*.whl"))
     if not wheels:
         pytest.fail(f"no wheel in {DIST}: tests/setup.sh builds it", pytrace=False)
-    venv = tmp_path / "venv"
-    # nothing of the checkout on the path (the guest's PYTHONPATH names it)
+    venv = tmp_path_factory.mktemp("install") / "venv"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PATH"] = f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"
-    env["MMIOTNG_BUILD_DIR"] = str(tmp_path / "helper-build")
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, env=env, cwd="/")
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-index",
@@ -40,17 +45,83 @@ def test_installed_wheel_traces_with_a_helper_built_on_first_use(exerciser, tmp_
                             "import mmiotrace_ng; print(mmiotrace_ng.__file__)"],
                            cwd="/", env=env, capture_output=True, text=True, check=True)
     assert where.stdout.startswith(str(venv)), where.stdout
+    return env
+
+
+@pytest.fixture
+def no_helper():
+    """No helper loaded during the test; the checkout's one afterwards."""
     rmmod_helper()
+    yield
+    rmmod_helper()
+    subprocess.run(["insmod", str(REPO / "kmod" / "mmiotng.ko")], check=True)
+
+
+def trace_readl(env: dict[str, str], dev: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["mmiotrace-ng", "--pci", dev, "--", "sh", "-c",
+                           f"echo readl > {EXERCISER_DEBUGFS / 'run'}"],
+                          cwd="/", env=env, capture_output=True, text=True, timeout=1200)
+
+
+def assert_traced_readl(res: subprocess.CompletedProcess[str], exerciser) -> None:
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("VERSION 20070824\n")
+    reads = re.findall(rf"^R 4 \S+ \d+ 0x{exerciser.bar0[0]:x} 0x10000ed ", res.stdout, re.M)
+    assert len(reads) == 1, res.stdout
+
+
+def test_installed_wheel_traces_with_a_helper_built_on_first_use(installed, exerciser,
+                                                                  no_helper, tmp_path):
+    env = dict(installed, MMIOTNG_BUILD_DIR=str(tmp_path / "helper-build"))
+    res = trace_readl(env, exerciser.dev.name)
+    assert_traced_readl(res, exerciser)
+    assert "building the helper module" in res.stderr, res.stderr
+    assert (tmp_path / "helper-build" / "mmiotng.ko").exists()
+
+
+@contextlib.contextmanager
+def writable(tmp: Path, *dirs: str) -> Iterator[None]:
+    """Overlays with a tmpfs upper layer over read-only directories of the
+    guest's root (the host's, shared read-only), for what DKMS writes."""
+    subprocess.run(["modprobe", "overlay"], check=True)
+    mounted: list[str] = []
     try:
-        res = subprocess.run(["mmiotrace-ng", "--pci", exerciser.dev.name, "--", "sh", "-c",
-                              f"echo readl > {EXERCISER_DEBUGFS / 'run'}"],
-                             cwd="/", env=env, capture_output=True, text=True, timeout=1200)
-        assert res.returncode == 0, res.stderr
-        assert "building the helper module" in res.stderr, res.stderr
-        assert (tmp_path / "helper-build" / "mmiotng.ko").exists()
-        reads = re.findall(rf"^R 4 \S+ \d+ 0x{exerciser.bar0[0]:x} 0x10000ed ", res.stdout, re.M)
-        assert len(reads) == 1, res.stdout
-        assert res.stdout.startswith("VERSION 20070824\n")
+        for n, d in enumerate(dirs):
+            base = tmp / f"overlay{n}"
+            base.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(base)], check=True)
+            mounted.append(str(base))
+            (base / "upper").mkdir()
+            (base / "work").mkdir()
+            subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                            f"lowerdir={d},upperdir={base}/upper,workdir={base}/work", d],
+                           check=True)
+            mounted.append(d)
+        yield
     finally:
+        for m in reversed(mounted):
+            subprocess.run(["umount", m], check=False)
+
+
+def test_installed_wheel_traces_with_the_helper_from_dkms(installed, exerciser, no_helper,
+                                                          tmp_path):
+    """`mmiotrace-ng install-helper` registers the shipped sources with DKMS
+    and installs the helper for this kernel; a plain run then loads that
+    module (modprobe) and builds nothing: its stderr is the three lines."""
+    env = dict(installed, MMIOTNG_BUILD_DIR=str(tmp_path / "never-built"))
+    with writable(tmp_path, "/usr/src", "/var/lib/dkms", f"/lib/modules/{RELEASE}"):
+        res = subprocess.run(["mmiotrace-ng", "install-helper"], cwd="/", env=env,
+                             capture_output=True, text=True, timeout=1200)
+        assert res.returncode == 0, res.stdout + res.stderr
+        status = subprocess.run(["dkms", "status", "mmiotng"], capture_output=True, text=True)
+        assert re.search(rf"^mmiotng/\S+, {re.escape(RELEASE)}, x86_64: installed",
+                         status.stdout, re.M), status.stdout
+        ko = subprocess.run(["modinfo", "-n", "mmiotng"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+        assert ko.startswith(f"/lib/modules/{RELEASE}/updates/dkms/"), ko
+        res = trace_readl(env, exerciser.dev.name)
+        assert_traced_readl(res, exerciser)
+        lines = res.stderr.splitlines()
+        assert len(lines) == 3 and "building" not in res.stderr, res.stderr
+        assert not (tmp_path / "never-built").exists()    # the module modprobe found
         rmmod_helper()
-        subprocess.run(["insmod", str(REPO / "kmod" / "mmiotng.ko")], check=True)
