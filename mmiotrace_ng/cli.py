@@ -482,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
             return render_raw(argv[1:])
         if argv[:1] == ["status"]:
             return status()
+        if argv[:1] == ["ksym"]:
+            from .ksym.main import main as ksym_main
+
+            return ksym_main(argv[1:])
         return trace(parse_args(argv))
     except (UsageError, LoaderError) as exc:
         print(f"mmiotrace-ng: {exc}", file=sys.stderr)

@@ -101,7 +101,8 @@ def _libbcc():
     return lib, str(bcc_version)
 
 
-def compile_object(source: Path, cflags: list[str]) -> BpfObject:
+def compile_object(source: Path, cflags: list[str],
+                   programs: tuple[str, ...] = PROGRAMS) -> BpfObject:
     """Compile with bcc and keep the bytecode and map descriptions (bcc's own
     maps and module are released again; the descriptors stay recorded)."""
     lib, _ver = _libbcc()
@@ -123,7 +124,7 @@ def compile_object(source: Path, cflags: list[str]) -> BpfObject:
                 max_entries=lib.bpf_table_max_entries_id(m, i),
                 flags=lib.bpf_table_flags_id(m, i)))
         progs = {}
-        for name in PROGRAMS:
+        for name in programs:
             start = lib.bpf_function_start(m, name.encode())
             size = lib.bpf_function_size(m, name.encode())
             if not start or not size:
@@ -133,6 +134,79 @@ def compile_object(source: Path, cflags: list[str]) -> BpfObject:
                          lib.bpf_module_kern_version(m))
     finally:
         b.cleanup()
+
+
+def compiled(source: Path, programs: tuple[str, ...],
+             cache_dir: Path | None = CACHE_DIR) -> tuple[BpfObject, bool]:
+    """The object of source (the bpf/ and kmod/ headers beside it), from the
+    cache or compiled now; and whether it came from the cache."""
+    _lib, bcc_version = _libbcc()
+    cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
+    headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
+    key = cache_key(source, headers, cflags, bcc_version)
+    obj = load_cached(key, cache_dir) if cache_dir else None
+    if obj is not None:
+        return obj, True
+    print("mmiotrace-ng: compiling the BPF programs (once per kernel) ...",
+          file=sys.stderr, flush=True)
+    obj = compile_object(source, cflags, programs)
+    if cache_dir:
+        store(key, obj, cache_dir)
+    return obj, False
+
+
+def create_maps(obj: BpfObject, sizes: dict[str, int],
+                fds_out: list[int]) -> tuple[dict[str, int], dict[int, int]]:
+    """The object's maps (max_entries from sizes where named there): name ->
+    descriptor, and the object's descriptors -> the new ones.  Every
+    descriptor made is appended to fds_out, also when a later one fails."""
+    lib, _ver = _libbcc()
+    fds, by_old = {}, {}
+    for m in obj.maps:
+        fd = lib.bcc_create_map(m.type, m.name.encode(), m.key_size, m.value_size,
+                                sizes.get(m.name, m.max_entries), m.flags)
+        if fd < 0:
+            raise LoaderError(f"cannot create the BPF map {m.name}: "
+                              f"{os.strerror(ctypes.get_errno() or -fd)}")
+        fds_out.append(fd)
+        fds[m.name], by_old[m.fd] = fd, fd
+    return fds, by_old
+
+
+def _load_one(kind: int, name: str, code: bytes, obj: BpfObject,
+              log: ctypes.Array[ctypes.c_char] | None) -> int:
+    """A program's descriptor (< 0: refused), with the verifier's log if
+    a buffer is given: without one the verifier writes none, which is
+    faster, and a log that does not fit would make the load fail."""
+    lib, _ver = _libbcc()
+    return lib.bcc_prog_load(kind, name.encode(), code, len(code), obj.license.encode(),
+                             obj.kern_version, 1 if log is not None else 0, log,
+                             ctypes.sizeof(log) if log is not None else 0)
+
+
+def load_program(kind: int, name: str, obj: BpfObject, by_old: dict[int, int]) -> int:
+    """Load one program of obj, its maps relocated; LoaderError with the
+    verifier's reasons if the kernel refuses it."""
+    try:
+        code = relocate(obj.progs[name], by_old)
+    except (KeyError, ObjectError) as exc:
+        raise LoaderError(f"the BPF object is unusable: {exc}") from exc
+    fd = _load_one(kind, name, code, obj, None)
+    if fd >= 0:
+        return fd
+    err = ctypes.get_errno() or -fd
+    if err in (errno.E2BIG, errno.ENOSPC):
+        # the verifier gave up on the program's size: its log would
+        # take as long again to write, and says no more
+        raise LoaderError(f"the kernel's verifier refused the BPF program {name}: "
+                          f"{os.strerror(err)} (too complex for this kernel)")
+    log = ctypes.create_string_buffer(VERIFIER_LOG_BYTES)
+    fd = _load_one(kind, name, code, obj, log)   # again, for the reasons
+    if fd < 0:
+        tail = log.value.decode(errors="replace").strip().splitlines()[-12:]
+        raise LoaderError(f"the kernel refused the BPF program {name} "
+                          f"({os.strerror(err)}):\n" + "\n".join(tail))
+    return fd
 
 
 class Probes:
@@ -152,18 +226,8 @@ class Probes:
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
-        cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
-        source = source_dir("bpf") / "mmiotrace_ng.bpf.c"
-        headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
-        key = cache_key(source, headers, cflags, bcc_version)
-        obj = load_cached(key, cache_dir) if cache_dir else None
-        self.from_cache = obj is not None
-        if obj is None:
-            print("mmiotrace-ng: compiling the BPF programs (once per kernel) ...",
-                  file=sys.stderr, flush=True)
-            obj = compile_object(source, cflags)
-            if cache_dir:
-                store(key, obj, cache_dir)
+        obj, self.from_cache = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS,
+                                        cache_dir)
         try:
             self.maps = self._create_maps(obj)
             self._configure(all_maps)
@@ -176,17 +240,7 @@ class Probes:
 
     def _create_maps(self, obj: BpfObject) -> dict[str, int]:
         """The object's maps, the ring buffer with the size asked for."""
-        fds, by_old = {}, {}
-        for m in obj.maps:
-            entries = self.buffer_bytes if m.name == "events" else m.max_entries
-            fd = self.lib.bcc_create_map(m.type, m.name.encode(), m.key_size, m.value_size,
-                                         entries, m.flags)
-            if fd < 0:
-                raise LoaderError(f"cannot create the BPF map {m.name}: "
-                                  f"{os.strerror(ctypes.get_errno() or -fd)}")
-            self.fds.append(fd)
-            fds[m.name], by_old[m.fd] = fd, fd
-        self._by_old = by_old
+        fds, self._by_old = create_maps(obj, {"events": self.buffer_bytes}, self.fds)
         return fds
 
     def _configure(self, all_maps: bool) -> None:
@@ -199,38 +253,11 @@ class Probes:
     def _load_programs(self, obj: BpfObject) -> dict[str, int]:
         out = {}
         for name in PROGRAMS:
-            try:
-                code = relocate(obj.progs[name], self._by_old)
-            except (KeyError, ObjectError) as exc:
-                raise LoaderError(f"the BPF object is unusable: {exc}") from exc
-            fd = self._load_one(name, code, obj, None)
-            if fd < 0:
-                err = ctypes.get_errno() or -fd
-                if err in (errno.E2BIG, errno.ENOSPC):
-                    # the verifier gave up on the program's size: its log would
-                    # take as long again to write, and says no more
-                    raise LoaderError(f"the kernel's verifier refused the BPF program {name}: "
-                                      f"{os.strerror(err)} (too complex for this kernel)")
-                log = ctypes.create_string_buffer(VERIFIER_LOG_BYTES)
-                fd = self._load_one(name, code, obj, log)   # again, for the reasons
-                if fd < 0:
-                    tail = log.value.decode(errors="replace").strip().splitlines()[-12:]
-                    raise LoaderError(f"the kernel refused the BPF program {name} "
-                                      f"({os.strerror(err)}):\n" + "\n".join(tail))
+            kind = (BPF_PROG_TYPE_RAW_TRACEPOINT if name in TRACEPOINT_PROGRAMS
+                    else BPF_PROG_TYPE_KPROBE)
+            out[name] = fd = load_program(kind, name, obj, self._by_old)
             self.fds.append(fd)
-            out[name] = fd
         return out
-
-    def _load_one(self, name: str, code: bytes, obj: BpfObject,
-                  log: ctypes.Array[ctypes.c_char] | None) -> int:
-        """A program's descriptor (< 0: refused), with the verifier's log if
-        a buffer is given: without one the verifier writes none, which is
-        faster, and a log that does not fit would make the load fail."""
-        kind = BPF_PROG_TYPE_RAW_TRACEPOINT if name in TRACEPOINT_PROGRAMS else BPF_PROG_TYPE_KPROBE
-        return self.lib.bcc_prog_load(kind, name.encode(), code, len(code),
-                                      obj.license.encode(), obj.kern_version,
-                                      1 if log is not None else 0, log,
-                                      ctypes.sizeof(log) if log is not None else 0)
 
     def _attach_one(self, kind: int, event: str, prog: str, maxactive: int = 0) -> None:
         ev_name = ("p_" if kind == BPF_PROBE_ENTRY else "r_") + event

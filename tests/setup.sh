@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 PKGS="qemu-system-x86 linux-image-amd64 linux-headers-amd64 python3-bpfcc bpfcc-tools
-busybox-static cpio pciutils kmod make gcc python3-venv linux-source-6.1 xz-utils"
+busybox-static cpio pciutils kmod make gcc python3-venv linux-source-6.1 xz-utils linux-perf"
 
 log() { echo "setup: $*" >&2; }
 

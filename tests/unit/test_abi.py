@@ -20,11 +20,13 @@ from types import ModuleType
 import pytest
 
 from mmiotrace_ng import abi, records
+from mmiotrace_ng.ksym import records as ksym_records
 
 REPO = Path(__file__).resolve().parents[2]
 
 RECORDS_H = REPO / "bpf" / "mmiotrace_ng.h"
 ABI_H = REPO / "kmod" / "mmiotng_abi.h"
+KSYM_H = REPO / "bpf" / "ksym.h"
 
 # C type -> the ctypes type a mirror must use
 C_TYPES: dict[str, type] = {
@@ -243,6 +245,12 @@ def test_records_mirror_matches_header(tmp_path: Path) -> None:
 
 def test_abi_mirror_matches_header(tmp_path: Path) -> None:
     assert compare([ABI_H], abi, tmp_path) == []
+
+
+def test_ksym_mirror_matches_header(tmp_path: Path) -> None:
+    assert compare([KSYM_H], ksym_records, tmp_path) == []
+    assert set(parse_header(KSYM_H.read_text()).structs) == {
+        "ng_ksym_watch", "ng_ksym_hit", "ng_ksym_key"}
 
 
 def test_headers_parsed_completely() -> None:

@@ -886,6 +886,44 @@ static int st_wc_loop(struct edu_ex *ex, unsigned int count)
 	return ret ? ret : edu_result(ex);
 }
 
+/*
+ * A kernel variable for the hardware-breakpoint tracer (mmiotrace-ng ksym):
+ * written COUNT times from edu_watch_writer, read COUNT times from
+ * edu_watch_reader, touched nowhere else.
+ */
+static u32 edu_watched;
+static u32 edu_watch_sink;
+
+static noinline void edu_watch_writer(unsigned int count)
+{
+	unsigned int i;
+
+	for (i = 0; i < count; i++)
+		WRITE_ONCE(edu_watched, i + 1);
+}
+
+static noinline u32 edu_watch_reader(unsigned int count)
+{
+	unsigned int i;
+	u32 sum = 0;
+
+	for (i = 0; i < count; i++)
+		sum += READ_ONCE(edu_watched);
+	return sum;
+}
+
+static int st_watch_write(struct edu_ex *ex, unsigned int count)
+{
+	edu_watch_writer(count);
+	return 0;
+}
+
+static int st_watch_read(struct edu_ex *ex, unsigned int count)
+{
+	WRITE_ONCE(edu_watch_sink, edu_watch_reader(count));
+	return 0;
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -899,6 +937,10 @@ static const struct edu_scenario edu_stress[] = {
 	  "ioremap of BAR0's last page and the next; readl in the BAR" },
 	{ "wc_loop", st_wc_loop, true,
 	  "ioremap_wc of page 0; COUNT x (writel i, readl 0x04, 1 ms)" },
+	{ "watch_write", st_watch_write, true,
+	  "COUNT writes of edu_watched from edu_watch_writer (no MMIO)" },
+	{ "watch_read", st_watch_read, true,
+	  "COUNT reads of edu_watched from edu_watch_reader (no MMIO)" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {

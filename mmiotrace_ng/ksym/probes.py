@@ -1,0 +1,184 @@
+"""The ksym BPF program on hardware-breakpoint perf events: one event per
+watch and online CPU (CPUs that come online later get theirs when `refresh`
+sees them), all held by this process's descriptors, so the breakpoints go
+with the process however it ends."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+from pathlib import Path
+
+from ..loader import CACHE_DIR, LoaderError, compiled, create_maps, load_program, source_dir
+from ..ringbuf import RingReader
+from .records import NgKsymConfig, NgKsymKey, NgKsymWatch
+from .request import Watch
+
+BPF_PROG_TYPE_PERF_EVENT = 7
+PERF_TYPE_BREAKPOINT = 5
+HW_BREAKPOINT_W, HW_BREAKPOINT_RW = 2, 3
+PERF_ATTR_SIZE = 112                       # PERF_ATTR_SIZE_VER5
+PERF_FLAG_FD_CLOEXEC = 8
+PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_EVENT_IOC_SET_BPF = 0x40042408        # _IOW('$', 8, __u32)
+NR_PERF_EVENT_OPEN = 298                   # x86_64
+ONLINE = Path("/sys/devices/system/cpu/online")
+PROGRAMS = ("on_hit",)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def online_cpus(text: str | None = None) -> set[int]:
+    """The CPUs in /sys/devices/system/cpu/online ("0-3,5")."""
+    cpus: set[int] = set()
+    for part in (ONLINE.read_text() if text is None else text).strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def breakpoint_attr(w: Watch) -> bytes:
+    """struct perf_event_attr of a kernel data breakpoint, sampling every
+    hit, created disabled (enabled once the program is attached)."""
+    bp_type = HW_BREAKPOINT_RW if w.type == "RW" else HW_BREAKPOINT_W
+    flags = 1                              # disabled
+    attr = struct.pack("<IIQQQQQIIQQ", PERF_TYPE_BREAKPOINT, PERF_ATTR_SIZE, 0, 1, 0, 0,
+                       flags, 0, bp_type, w.addr, w.len)
+    return attr.ljust(PERF_ATTR_SIZE, b"\0")
+
+
+class WatchError(LoaderError):
+    """A breakpoint could not be set; the message says why."""
+
+
+class KsymProbes:
+    """The program, its maps and the breakpoint events of the watches."""
+
+    def __init__(self, watches: list[Watch], histogram: bool, buffer_kb: int,
+                 cache_dir: Path | None = CACHE_DIR) -> None:
+        self.watches = watches
+        self.fds: list[int] = []
+        self.events: dict[int, list[int]] = {}      # cpu -> one event fd per watch
+        self.ring: RingReader | None = None
+        pages = max(1, buffer_kb * 1024 // 4096)
+        self.buffer_bytes = (1 << (pages - 1).bit_length()) * 4096
+        obj, self.from_cache = compiled(source_dir("bpf") / "ksym.bpf.c", PROGRAMS, cache_dir)
+        try:
+            self.maps, by_old = create_maps(obj, {"hits": self.buffer_bytes}, self.fds)
+            self._update("config", ctypes.c_int(NgKsymConfig.NG_KSYM_CONFIG_HISTOGRAM),
+                         ctypes.c_uint32(int(histogram)))
+            for slot, w in enumerate(watches):
+                self._update("watches", ctypes.c_uint64(w.addr), NgKsymWatch(slot, w.len))
+            self.prog = load_program(BPF_PROG_TYPE_PERF_EVENT, "on_hit", obj, by_old)
+            self.fds.append(self.prog)
+            self.ring = RingReader(self.maps["hits"], self.buffer_bytes)
+            for cpu in sorted(online_cpus()):
+                self._open_cpu(cpu)
+        except BaseException:
+            self.close()
+            raise
+
+    def _update(self, name: str, key: ctypes._SimpleCData,
+                value: ctypes._SimpleCData | ctypes.Structure) -> None:
+        from ..loader import _libbcc
+
+        lib, _ver = _libbcc()
+        if lib.bpf_update_elem(self.maps[name], ctypes.byref(key), ctypes.byref(value), 0) < 0:
+            raise LoaderError(f"cannot update the BPF map {name}")
+
+    def _open_cpu(self, cpu: int) -> None:
+        fds: list[int] = []
+        self.events[cpu] = fds
+        for w in self.watches:
+            attr = ctypes.create_string_buffer(breakpoint_attr(w), PERF_ATTR_SIZE)
+            fd = _libc.syscall(NR_PERF_EVENT_OPEN, attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
+            if fd < 0:
+                err = ctypes.get_errno()
+                if err == errno.ENOSPC:
+                    raise WatchError(f"no free debug register on CPU {cpu} for {w.text} "
+                                     "(perf, a debugger or another ksym holds them)")
+                if err == errno.ENODEV:          # went offline just now
+                    return
+                raise WatchError(f"the kernel refused a breakpoint on {w.text} "
+                                 f"(0x{w.addr:x}/{w.len}) on CPU {cpu}: {os.strerror(err)}")
+            fds.append(fd)
+            if (_libc.ioctl(fd, PERF_EVENT_IOC_SET_BPF, self.prog) < 0
+                    or _libc.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) < 0):
+                err = ctypes.get_errno()
+                raise WatchError(f"cannot attach to the breakpoint on {w.text}: "
+                                 f"{os.strerror(err)}")
+
+    def refresh(self) -> list[int]:
+        """Breakpoints on CPUs that came online since the last look (and
+        none kept for those that went offline); the CPUs newly covered."""
+        now = online_cpus()
+        for cpu in set(self.events) - now:
+            for fd in self.events.pop(cpu):
+                os.close(fd)
+        added = sorted(now - set(self.events))
+        for cpu in added:
+            self._open_cpu(cpu)
+        return added
+
+    def counts(self) -> list[int]:
+        """Hits of each watch as the perf events counted them (every hit,
+        whether or not its record found room)."""
+        out = [0] * len(self.watches)
+        for fds in self.events.values():
+            for slot, fd in enumerate(fds):
+                data = os.read(fd, 8)
+                out[slot] += struct.unpack("<Q", data)[0]
+        return out
+
+    def histogram(self) -> tuple[dict[tuple[int, int], int], int]:
+        """{(slot, ip): hits} from the map "hist", and the hits it had no
+        room for."""
+        from ..loader import _libbcc
+
+        lib, _ver = _libbcc()
+        out: dict[tuple[int, int], int] = {}
+        key, nxt, val = NgKsymKey(), NgKsymKey(), ctypes.c_uint64()
+        fd = self.maps["hist"]
+        first = True
+        while lib.bpf_get_next_key(fd, None if first else ctypes.byref(key),
+                                   ctypes.byref(nxt)) == 0:
+            first = False
+            ctypes.memmove(ctypes.byref(key), ctypes.byref(nxt), ctypes.sizeof(key))
+            if lib.bpf_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)) == 0:
+                out[(key.slot, key.ip)] = val.value
+        full = ctypes.c_uint64()
+        lib.bpf_lookup_elem(self.maps["hist_full"], ctypes.byref(ctypes.c_int(0)),
+                            ctypes.byref(full))
+        return out, full.value
+
+    def drops(self) -> tuple[int, int]:
+        """(records dropped in all, dropped but not yet reported in a record)."""
+        from bcc.utils import get_possible_cpus
+
+        from ..loader import _libbcc
+
+        lib, _ver = _libbcc()
+        ncpu = len(get_possible_cpus())
+        out = []
+        for slot in (0, 1):
+            vals = (ctypes.c_uint64 * ncpu)()
+            if lib.bpf_lookup_elem(self.maps["drops"], ctypes.byref(ctypes.c_int(slot)),
+                                   vals) < 0:
+                raise LoaderError("cannot read the BPF map drops")
+            out.append(sum(vals))
+        return out[0], out[1]
+
+    def close(self) -> None:
+        for fds in self.events.values():
+            for fd in fds:
+                os.close(fd)
+        self.events = {}
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+        for fd in reversed(self.fds):
+            os.close(fd)
+        self.fds = []

@@ -1,0 +1,206 @@
+"""mmiotrace-ng ksym against the truth: the exerciser writes and reads its
+variable edu_watched a known number of times from two named functions
+(the stress scenarios watch_write and watch_read), and Debian's perf counts
+the same workload with its own hardware breakpoint (mem:ADDR/LEN:w|rw) in
+the same boot."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXERCISER_DEBUGFS
+from ng_tracer import NG, NgTracer
+
+STRESS = EXERCISER_DEBUGFS / "stress"
+VAR = "edu_exerciser:edu_watched"
+WRITES, READS = 1000, 700
+WORKLOAD = (f"echo $$ > /tmp/ksym-pid; echo 'watch_write {WRITES}' > {STRESS}; "
+            f"echo 'watch_read {READS}' > {STRESS}")
+LINE = re.compile(r"^(\S+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(RW|W)\s+(.*)$")
+CPU1 = Path("/sys/devices/system/cpu/cpu1/online")
+
+
+def address(name: str, module: str) -> int:
+    for line in Path("/proc/kallsyms").read_text().splitlines():
+        parts = line.split()
+        if parts[2] == name and parts[3:] == [f"[{module}]"]:
+            return int(parts[0], 16)
+    raise AssertionError(f"{name} [{module}] not in kallsyms")
+
+
+def ksym(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NG, "ksym", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def hits(stdout: str) -> list[tuple[str, ...]]:
+    lines = stdout.splitlines()
+    assert lines and lines[0] == "# TASK-PID CPU# Symbol Type Function", stdout[:300]
+    out = []
+    for ln in lines[1:]:
+        m = LINE.match(ln)
+        assert m, f"not a hit line: {ln!r}"
+        out.append(m.groups())
+    return out
+
+
+def functions(rows: list[tuple[str, ...]]) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for row in rows:
+        fn = row[5].split("+", 1)[0] + (" [edu_exerciser]" if row[5].endswith(
+            "[edu_exerciser]") else "")
+        count[fn] = count.get(fn, 0) + 1
+    return count
+
+
+def perf_count(event: str) -> int:
+    res = subprocess.run(["perf", "stat", "-x,", "-a", "-e", event, "--", "sh", "-c",
+                          WORKLOAD], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    fields = res.stderr.strip().splitlines()[-1].split(",")
+    assert fields[0].isdigit(), res.stderr
+    return int(fields[0])
+
+
+@pytest.fixture(scope="module")
+def watched(exerciser) -> int:
+    return address("edu_watched", "edu_exerciser")
+
+
+@pytest.mark.parametrize(("op", "perf_op", "want"), [
+    ("-w-", "w", {"edu_watch_writer [edu_exerciser]": WRITES}),
+    ("rw-", "rw", {"edu_watch_writer [edu_exerciser]": WRITES,
+                   "edu_watch_reader [edu_exerciser]": READS}),
+])
+def test_every_access_from_the_right_function(watched, op, perf_op, want):
+    res = ksym(f"{VAR}:{op}", "--", "sh", "-c", WORKLOAD)
+    assert res.returncode == 0, res.stderr
+    rows = hits(res.stdout)
+    pid = int(Path("/tmp/ksym-pid").read_text())
+    assert functions(rows) == want, functions(rows)
+    assert {(r[0], int(r[1]), r[3], r[4]) for r in rows} == {
+        ("sh", pid, VAR, "RW" if op == "rw-" else "W")}
+    assert re.search(rf"{sum(want.values())} hits printed .* lost 0$", res.stderr), res.stderr
+    # perf's own hardware breakpoint on the same workload
+    assert perf_count(f"mem:0x{watched:x}/4:{perf_op}") == sum(want.values())
+
+
+@pytest.mark.parametrize("op", ["-w-", "rw-"])
+def test_histogram_counts_in_the_kernel(exerciser, op):
+    res = ksym(f"{VAR}:{op}", "--histogram", "--", "sh", "-c", WORKLOAD)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["Access_Type", "Symbol_name", "Function", "Counter"]
+    rows = [ln.split() for ln in lines[1:]]
+    typ = "RW" if op == "rw-" else "W"
+    want = [[typ, VAR, "edu_watch_writer", "[edu_exerciser]", str(WRITES)]]
+    if op == "rw-":
+        want.append([typ, VAR, "edu_watch_reader", "[edu_exerciser]", str(READS)])
+    assert rows == want, res.stdout
+
+
+def test_values_and_timestamps(exerciser):
+    res = ksym(f"{VAR}:-w-", "--value", "--timestamps", "--", "sh", "-c",
+               f"echo 'watch_write 5' > {STRESS}")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "# TASK-PID CPU# TIMESTAMP Symbol Type Value Function"
+    rows = [ln.split() for ln in lines[1:]]
+    assert [r[6] for r in rows] == ["0x1", "0x2", "0x3", "0x4", "0x5"]   # i + 1
+    stamps = [float(r[3]) for r in rows]
+    assert stamps == sorted(stamps) and all(re.fullmatch(r"\d+\.\d{6}", r[3]) for r in rows)
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (["edu_watched:rw-"], "it is in edu_exerciser: MODULE:SYMBOL"),
+    (["a:b:c:rw-"], "expected [MODULE:]SYMBOL"),
+    (["pid_max"], "expected [MODULE:]SYMBOL"),
+    (["pid_max:r--"], "no read-only data breakpoint"),
+    (["pid_max:rwx"], "OP must be rw-"),
+    (["no_such_symbol_at_all:rw-"], "no symbol no_such_symbol_at_all in the kernel"),
+    (["pid_max:rw-", "pid_max/4:-w-"], "watched twice"),
+    (["pid_max/3:rw-"], "LEN must be 1, 2, 4 or 8"),
+    (["pid_max+2/4:rw-"], "must be 4-byte aligned"),
+    (["schedule:rw-"], "is a function"),
+    ([f"{VAR}:rw-", "pid_max:rw-", "max_threads:rw-", "edu_exerciser:edu_watch_sink:rw-",
+      "jiffies_64:rw-"], "at most 4 at a time"),
+])
+def test_bad_request_one_line_exit_2(exerciser, args, why):
+    res = ksym(*args, "--", "true")
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mmiotrace-ng: ") and why in lines[0], lines
+
+
+FOUR = [f"{VAR}:-w-", "edu_exerciser:edu_watch_sink:-w-", "pid_max:-w-", "max_threads:-w-"]
+
+
+def test_sigkill_leaves_no_breakpoint(exerciser):
+    """Four watches take every debug register; after SIGKILL a fresh run
+    can take all four again and counts exactly."""
+    proc = subprocess.Popen([*NG, "ksym", *FOUR], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    err = ""
+    while "ready" not in err and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, err
+        err += line
+    assert "ready" in err, err
+    # a fifth breakpoint has no register left: perf is refused
+    sink = address("edu_watch_sink", "edu_exerciser")
+    busy = subprocess.run(["perf", "stat", "-a", "-e", f"mem:0x{sink:x}/4:w", "--", "true"],
+                          capture_output=True, text=True)
+    assert "<not counted>" in busy.stderr or busy.returncode != 0, busy.stderr
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert not Path(f"/proc/{proc.pid}").exists()
+    res = ksym(*FOUR, "--", "sh", "-c", f"echo 'watch_write 10' > {STRESS}")
+    assert res.returncode == 0, res.stderr
+    assert len(hits(res.stdout)) == 10
+
+
+def test_cpu_coming_online_is_watched(exerciser):
+    if not CPU1.exists():
+        pytest.fail("the guest has one CPU: boot it with two", pytrace=False)
+    CPU1.write_text("0\n")
+    try:
+        proc = subprocess.Popen([*NG, "ksym", f"{VAR}:-w-"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        err = ""
+        while "ready" not in err:
+            line = proc.stderr.readline()
+            assert line, err
+            err += line
+        CPU1.write_text("1\n")
+        time.sleep(2)                      # the tracer looks every 0.5 s
+        subprocess.run(["taskset", "-c", "1", "sh", "-c",
+                        f"echo 'watch_write 50' > {STRESS}"], check=True)
+        proc.send_signal(signal.SIGINT)
+        out, rest = proc.communicate(timeout=60)
+    finally:
+        CPU1.write_text("1\n")
+    assert proc.returncode == 0, err + rest
+    rows = hits(out)
+    assert len(rows) == 50 and {r[2] for r in rows} == {"1"}, out[:500]
+
+
+def test_with_mmio_tracing_in_another_process(exerciser):
+    """ksym and MMIO tracing at once, each exact."""
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-with-ksym").start()
+    try:
+        res = ksym(f"{VAR}:-w-", "--", "sh", "-c",
+                   f"echo 'watch_write 100' > {STRESS}; echo readl > "
+                   f"{EXERCISER_DEBUGFS / 'run'}")
+        text = t.section(lambda: exerciser.run("readl"))
+    finally:
+        assert t.stop() == 0, t.stderr()
+    assert res.returncode == 0, res.stderr
+    assert len(hits(res.stdout)) == 100
+    assert len([ln for ln in text.splitlines() if ln.startswith("R ")]) == 4, text

@@ -1,0 +1,101 @@
+"""ksym requests: the proposal's syntax, and one clear error for each of
+its malformed forms (nothing is armed before all requests resolve)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mmiotrace_ng.ksym import request as rq
+from mmiotrace_ng.ksym.request import RequestError, parse, resolve
+from mmiotrace_ng.symbols import Kallsyms
+
+KALLSYMS = """\
+ffffffff81000000 T _stext
+ffffffff81001000 T proc_dointvec
+ffffffff81001100 T do_sysctl
+ffffffff82000000 D pid_max
+ffffffff82000004 D pid_max_min
+ffffffff82000010 D jiffies_64
+ffffffff82000020 d twin
+ffffffff82000030 d twin
+ffffffff82000040 D odd_var
+ffffffff82000043 D next_after_odd
+ffffffffc0000000 t e1000_probe\t[e1000]
+ffffffffc0001000 d e1000_driver_name\t[e1000]
+ffffffffc0001010 d e1000_copyright\t[e1000]
+ffffffffc0002000 b edu_watched\t[edu_exerciser]
+ffffffffc0002004 b edu_watch_sink\t[edu_exerciser]
+"""
+
+
+@pytest.fixture
+def syms(monkeypatch) -> Kallsyms:
+    sizes = {("e1000", "e1000_driver_name"): 6, ("edu_exerciser", "edu_watched"): 4}
+    monkeypatch.setattr(rq, "module_object_size", lambda mod, name: sizes.get((mod, name)))
+    return Kallsyms(KALLSYMS)
+
+
+def test_kernel_symbol_length_from_the_next_symbol(syms):
+    (w,) = resolve(["pid_max:rw-"], syms)
+    assert (w.addr, w.len, w.type, w.text, w.module) == (0xFFFFFFFF82000000, 4, "RW",
+                                                           "pid_max", "")
+    assert "no size" in w.note and "/LEN" in w.note
+
+
+def test_explicit_length_offset_and_writes(syms):
+    (w,) = resolve(["jiffies_64+4/4:-w-"], syms)
+    assert (w.addr, w.len, w.type, w.note) == (0xFFFFFFFF82000014, 4, "W", "")
+
+
+def test_module_symbol_sizes_from_the_module(syms):
+    a, b = resolve(["edu_exerciser:edu_watched:-w-", "e1000:e1000_driver_name:rw-"], syms)
+    assert (a.len, a.module, a.note) == (4, "edu_exerciser", "")
+    assert (b.len, b.text) == (8, "e1000:e1000_driver_name")   # 6 bytes: 8 by default
+
+
+@pytest.mark.parametrize(("req", "why"), [
+    ("pid_max", "expected [MODULE:]SYMBOL"),
+    ("a:b:c:rw-", "expected [MODULE:]SYMBOL"),
+    (":pid_max:rw-", "expected [MODULE:]SYMBOL"),
+    ("pid_max:", "expected [MODULE:]SYMBOL"),
+    ("pid_max:r--", "no read-only data breakpoint"),
+    ("pid_max:rwx", "OP must be rw-"),
+    ("pid_max:--x", "OP must be rw-"),
+    ("pid_max/3:rw-", "LEN must be 1, 2, 4 or 8"),
+    ("pid_max/16:rw-", "LEN must be 1, 2, 4 or 8"),
+    ("pid_max+x:rw-", "is not SYMBOL[+OFF][/LEN]"),
+    ("no_such_thing:rw-", "no symbol no_such_thing in the kernel"),
+    ("e1000_driver_name:rw-", "it is in e1000: MODULE:SYMBOL"),
+    ("e1000:pid_max:rw-", "no symbol pid_max in module e1000"),
+    ("proc_dointvec:rw-", "is a function"),
+    ("twin:rw-", "2 symbols named twin"),
+    ("pid_max+2/4:rw-", "must be 4-byte aligned"),
+    ("odd_var+1/2:rw-", "must be 2-byte aligned"),
+])
+def test_malformed_request_one_clear_error(syms, req, why):
+    with pytest.raises(RequestError) as exc:
+        resolve([req], syms)
+    assert why in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_duplicate_and_fifth_request(syms):
+    with pytest.raises(RequestError, match="watched twice"):
+        resolve(["pid_max:rw-", "pid_max/4:-w-"], syms)
+    five = ["pid_max:rw-", "jiffies_64:rw-", "odd_var/1:rw-", "pid_max_min:rw-",
+            "edu_exerciser:edu_watched:rw-"]
+    with pytest.raises(RequestError, match="at most 4 at a time"):
+        resolve(five, syms)
+    assert len(resolve(five[:4], syms)) == 4
+
+
+def test_parse_keeps_the_parts():
+    spec = parse("e1000:e1000_driver_name+0x8/2:-w-")
+    assert (spec.module, spec.symbol, spec.offset, spec.len, spec.type) == (
+        "e1000", "e1000_driver_name", 8, 2, "W")
+
+
+def test_function_column_as_the_kernel_prints_it(syms):
+    assert syms.function(0xFFFFFFFF81001010) == "proc_dointvec+0x10/0x100"
+    assert syms.function(0xFFFFFFFFC0000010).endswith(" [e1000]")
+    assert syms.function(0x1000) == "0x1000"
