@@ -52,6 +52,11 @@ BPF_HASH(ioremap_args, u64, struct ng_ioremap_args, 1024);
 BPF_HASH(map_ids, u64, s32, 4096);
 /* enum ng_config slots, set by the loader before it arms anything */
 BPF_ARRAY(config, u32, NG_CONFIG_SLOTS);
+/* --histogram: accesses counted per (register, place); [0] of hist_full:
+ * accesses not counted because the map was full
+ */
+BPF_HASH(hist, struct ng_hist_key, struct ng_hist_val, NG_HIST_ENTRIES);
+BPF_ARRAY(hist_full, u64, 1);
 
 static __always_inline u32 ng_config(int slot)
 {
@@ -250,6 +255,28 @@ int on_iounmap(struct pt_regs *ctx)
 	return 0;
 }
 
+/* --histogram: one more access of this register from this place */
+static __always_inline void ng_count_access(const struct mmiotng_access *acc)
+{
+	struct ng_hist_key k = {
+		.phys = acc->phys, .ip = acc->ip, .op = acc->op, .width = acc->width,
+	};
+	struct ng_hist_val init = {}, *v;
+	int zero = 0;
+	u64 *full;
+
+	v = hist.lookup_or_try_init(&k, &init);
+	if (!v) {
+		full = hist_full.lookup(&zero);
+		if (full)
+			__sync_fetch_and_add(full, 1);
+		return;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	v->last = acc->value;
+	v->last_ns = bpf_ktime_get_ns();
+}
+
 int on_access(struct bpf_raw_tracepoint_args *ctx)
 {
 	const struct mmiotng_access *a = (const void *)ctx->args[0];
@@ -259,6 +286,10 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 
 	if (bpf_probe_read_kernel(&acc, sizeof(acc), a))
 		return 0;
+	if (ng_config(NG_CONFIG_HISTOGRAM)) {
+		ng_count_access(&acc);
+		return 0;
+	}
 	r = ng_reserve(sizeof(*r), NG_REC_ACCESS);
 	if (!r)
 		return 0;

@@ -32,7 +32,8 @@ enum ng_rec_type {
 enum ng_config {
 	NG_CONFIG_TRACER = 0,		/* the tracer's process id */
 	NG_CONFIG_ALL = 1,		/* 1: MAP every other mapping too, as with --all */
-	NG_CONFIG_SLOTS = 2,
+	NG_CONFIG_HISTOGRAM = 2,	/* 1: count accesses in "hist", no access record */
+	NG_CONFIG_SLOTS = 3,
 };
 
 /* Common to all records. */
@@ -99,5 +100,22 @@ struct ng_rec_untraced {
 	__s32 err;		/* why: -errno (mmiotrace_ng/render.py says it in words) */
 	__u32 pid;
 };
+
+/* --histogram: the key of the map "hist", one per register and place */
+struct ng_hist_key {
+	__u64 phys;		/* physical address accessed */
+	__u64 ip;		/* address of the instruction */
+	__u8 op;		/* MMIOTNG_OP_* */
+	__u8 width;
+	__u8 pad[6];
+};
+
+struct ng_hist_val {
+	__u64 count;
+	__u64 last;		/* the value of the latest access */
+	__u64 last_ns;		/* and its time (bpf_ktime_get_ns) */
+};
+
+#define NG_HIST_ENTRIES	65536
 
 #endif /* MMIOTRACE_NG_H */

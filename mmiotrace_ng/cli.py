@@ -77,6 +77,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--raw", metavar="FILE",
                     help="also save the binary records here (see: mmiotrace-ng render)")
     ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
+    ap.add_argument("--histogram", action="store_true",
+                    help="count accesses per (R/W, width, BAR offset, function) in the kernel "
+                         "and print that table at the end (and every -i seconds) instead of "
+                         "the trace")
+    ap.add_argument("-i", "--interval", type=float, metavar="SECONDS",
+                    help="with --histogram: print the table (counts so far) this often")
     ap.add_argument("cmd", nargs=argparse.REMAINDER,
                     help="-- CMD ARGS: run CMD once tracing is armed, stop when it exits")
     args = ap.parse_args(argv)
@@ -88,6 +94,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ap.error("nothing to trace: give --pci BDF (or --all)")
     if args.buffer_size_kb < 4:
         ap.error("--buffer-size-kb must be at least 4")
+    if args.interval is not None and (not args.histogram or args.interval <= 0):
+        ap.error("-i SECONDS needs --histogram and a positive number")
+    if args.histogram and (args.raw or args.compat):
+        ap.error("--histogram keeps counts, not records: no --raw or --compat with it")
     return args
 
 
@@ -189,6 +199,8 @@ class Session:
         self.helper = None
         self.probes: Probes | None = None
         self.raw: RawWriter | None = RawWriter(args.raw) if args.raw else None
+        self.regions: list = []          # --histogram: histogram.Region of each BAR
+        self.syms = None
 
     def write(self, text: str) -> None:
         if text:
@@ -213,7 +225,8 @@ class Session:
         # go, the order of a normal exit.
         print("mmiotrace-ng: loading and attaching the BPF programs ...", file=sys.stderr,
               flush=True)
-        self.probes = Probes(self.args.all, self.args.buffer_size_kb)
+        self.probes = Probes(self.args.all, self.args.buffer_size_kb,
+                             histogram=self.args.histogram)
         try:
             self.helper = HelperSocket()
             if self.args.all:
@@ -233,7 +246,8 @@ class Session:
                 raise UsageError(f"the helper is busy: {exc}") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
         header = stream_header(Path("/proc/bus/pci/devices").read_text())
-        self.write(header)
+        if not self.args.histogram:
+            self.write(header)
         if self.raw:
             self.raw.header(header)
         if not self.args.no_existing and not self.args.all:
@@ -264,10 +278,23 @@ class Session:
         if self.probes is not None:
             self._render(self.probes.pending(0), None)
             total, pending = self.probes.drops()
-            if pending:
+            if pending and not self.args.histogram:
                 self.write(lost_line(pending))
             self.renderer.lost = total
+            if self.args.histogram:
+                self.write(self.histogram())
             self.flush()
+
+    def histogram(self) -> str:
+        """--histogram: the table of the counts so far."""
+        from . import histogram
+        from .symbols import Kallsyms
+
+        assert self.probes is not None
+        if self.syms is None:
+            self.syms = Kallsyms()
+        counts, full = self.probes.histogram()
+        return histogram.table(counts, self.regions, self.syms.function, full)
 
     def _render(self, view: memoryview, limit: int | None) -> bool:
         """Print the records at the start of view and release their space;
@@ -283,7 +310,7 @@ class Session:
             self.raw.records(payloads(view[:used])[0])
         view.release()
         self.probes.consume(used)   # after the copies: the space is reused
-        if text:
+        if text and not self.args.histogram:
             self.write(text)
             self.flush()
         return used > 0
@@ -360,9 +387,13 @@ def trace(args: argparse.Namespace) -> int:
     ranges: list[tuple[int, int]] = []
     if args.all:
         ranges = [(bar.start, bar.end + 1) for bar in pci.all_memory_ranges()]
+    from .histogram import Region
+
+    regions: list[Region] = []
     for bdf in args.pci:
         try:
             for bar in pci.device_bars(bdf):
+                regions.append(Region(bdf, f"BAR{bar.index}", bar.start, bar.end))
                 if (bar.start, bar.end + 1) not in ranges:
                     ranges.append((bar.start, bar.end + 1))
         except pci.PciError as exc:
@@ -388,6 +419,7 @@ def trace(args: argparse.Namespace) -> int:
             out.close()
         raise
     session = Session(args, out)
+    session.regions = regions
     status = 0
     failed: OSError | None = None
 
@@ -408,8 +440,13 @@ def trace(args: argparse.Namespace) -> int:
                 child = subprocess.Popen(args.cmd)
             except OSError as exc:
                 raise UsageError(f"cannot run {args.cmd[0]}: {exc.strerror}") from exc
+        next_table = time.monotonic() + (args.interval or 0)
         while not session.stop:
             session.pump(100)
+            if args.interval and time.monotonic() >= next_table:
+                session.write(time.strftime("%H:%M:%S\n") + session.histogram() + "\n")
+                session.flush()
+                next_table += args.interval
             if child is not None and child.poll() is not None:
                 status = child.returncode if child.returncode >= 0 else 128 - child.returncode
                 break

@@ -21,7 +21,7 @@ from .bpfobj import (
     relocate,
     store,
 )
-from .records import NG_CONFIG_ALL, NG_CONFIG_TRACER
+from .records import NG_CONFIG_ALL, NG_CONFIG_HISTOGRAM, NG_CONFIG_TRACER, NgHistKey, NgHistVal
 from .ringbuf import RingReader
 
 PKG = Path(__file__).resolve().parent
@@ -216,7 +216,7 @@ class Probes:
     kernel detaches the programs and frees the maps."""
 
     def __init__(self, all_maps: bool, buffer_kb: int,
-                 cache_dir: Path | None = CACHE_DIR) -> None:
+                 cache_dir: Path | None = CACHE_DIR, histogram: bool = False) -> None:
         self.lib, bcc_version = _libbcc()
         self.fds: list[int] = []               # maps and programs
         self.probe_fds: list[tuple[bytes, int]] = []
@@ -230,7 +230,7 @@ class Probes:
                                         cache_dir)
         try:
             self.maps = self._create_maps(obj)
-            self._configure(all_maps)
+            self._configure(all_maps, histogram)
             self.progs = self._load_programs(obj)
             self._attach(all_maps)
             self.ring = RingReader(self.maps["events"], self.buffer_bytes)
@@ -243,11 +243,12 @@ class Probes:
         fds, self._by_old = create_maps(obj, {"events": self.buffer_bytes}, self.fds)
         return fds
 
-    def _configure(self, all_maps: bool) -> None:
+    def _configure(self, all_maps: bool, histogram: bool) -> None:
         """The settings, into the map "config", before any program runs: the
         tracer's pid (the helper's own mappings are made from this process
-        and must stay out of an --all trace) and --all."""
-        for slot, value in ((NG_CONFIG_TRACER, os.getpid()), (NG_CONFIG_ALL, int(all_maps))):
+        and must stay out of an --all trace), --all and --histogram."""
+        for slot, value in ((NG_CONFIG_TRACER, os.getpid()), (NG_CONFIG_ALL, int(all_maps)),
+                            (NG_CONFIG_HISTOGRAM, int(histogram))):
             self._update("config", ctypes.c_int(slot), ctypes.c_uint32(value))
 
     def _load_programs(self, obj: BpfObject) -> dict[str, int]:
@@ -312,6 +313,23 @@ class Probes:
         if self.lib.bpf_update_elem(self.maps[name], ctypes.byref(key),
                                     ctypes.byref(value), 0) < 0:
             raise LoaderError(f"cannot update the BPF map {name}")
+
+    def histogram(self) -> tuple[dict[tuple[int, int, int, int], NgHistVal], int]:
+        """--histogram: {(phys, ip, op, width): counts} from the map "hist",
+        and the accesses it had no room for."""
+        out: dict[tuple[int, int, int, int], NgHistVal] = {}
+        key, nxt = NgHistKey(), NgHistKey()
+        fd = self.maps["hist"]
+        prev = None
+        while self.lib.bpf_get_next_key(fd, prev, ctypes.byref(nxt)) == 0:
+            ctypes.memmove(ctypes.byref(key), ctypes.byref(nxt), ctypes.sizeof(key))
+            prev = ctypes.byref(key)
+            val = NgHistVal()
+            if self.lib.bpf_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)) == 0:
+                out[(key.phys, key.ip, key.op, key.width)] = val
+        full = (ctypes.c_uint64 * 1)()
+        self._lookup("hist_full", ctypes.c_int(0), full)
+        return out, full[0]
 
     def drops(self) -> tuple[int, int]:
         """(records dropped in all, dropped but not yet reported in a record)."""

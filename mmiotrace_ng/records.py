@@ -53,11 +53,13 @@ class NgConfig(IntEnum):
 
     NG_CONFIG_TRACER = 0
     NG_CONFIG_ALL = 1
-    NG_CONFIG_SLOTS = 2
+    NG_CONFIG_HISTOGRAM = 2
+    NG_CONFIG_SLOTS = 3
 
 
 NG_CONFIG_TRACER: Final = NgConfig.NG_CONFIG_TRACER
 NG_CONFIG_ALL: Final = NgConfig.NG_CONFIG_ALL
+NG_CONFIG_HISTOGRAM: Final = NgConfig.NG_CONFIG_HISTOGRAM
 NG_CONFIG_SLOTS: Final = NgConfig.NG_CONFIG_SLOTS
 
 
@@ -156,6 +158,31 @@ RECORD_CLASSES: Final[dict[NgRecType, type[ctypes.Structure]]] = {
 
 # C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
 # Module constants named NG_* are mirrors of the header's #defines/enum members.
+NG_HIST_ENTRIES: Final = 65536
+
+
+class NgHistKey(ctypes.Structure):
+    """struct ng_hist_key: --histogram, one register accessed from one place."""
+
+    _fields_ = [
+        ("phys", ctypes.c_uint64),
+        ("ip", ctypes.c_uint64),
+        ("op", ctypes.c_uint8),
+        ("width", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 6),
+    ]
+
+
+class NgHistVal(ctypes.Structure):
+    """struct ng_hist_val: how often, and the latest value."""
+
+    _fields_ = [
+        ("count", ctypes.c_uint64),
+        ("last", ctypes.c_uint64),
+        ("last_ns", ctypes.c_uint64),
+    ]
+
+
 C_PREFIX: Final = "NG_"
 C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_hdr": NgRecHdr,
@@ -164,6 +191,8 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_unmap": NgRecUnmap,
     "ng_rec_mark": NgRecMark,
     "ng_rec_untraced": NgRecUntraced,
+    "ng_hist_key": NgHistKey,
+    "ng_hist_val": NgHistVal,
 }
 C_ENUMS: Final[dict[str, type[IntEnum]]] = {
     "ng_rec_type": NgRecType,

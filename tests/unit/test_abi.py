@@ -263,6 +263,8 @@ def test_headers_parsed_completely() -> None:
         "ng_rec_unmap",
         "ng_rec_mark",
         "ng_rec_untraced",
+        "ng_hist_key",
+        "ng_hist_val",
     }
     assert [f.name for f in rec.structs["ng_rec_hdr"]] == [
         "ts_ns",
