@@ -212,8 +212,12 @@ def run(args: argparse.Namespace) -> int:
         session.finish()
         counted = session.probes.counts()
         if args.histogram:
+            counts, full = session.probes.histogram()
+            seen = sum(counts.values()) + full
             session.write(session.table())
             out.flush()
+        else:
+            seen = sum(session.records) + session.lost
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -231,11 +235,16 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 out.close()
     per = ", ".join(f"{w.text} {n}" for w, n in zip(watches, counted, strict=True))
+    # perf counts every hit; the program misses those that come while
+    # another BPF program runs on that CPU (the kernel runs one at a time)
+    missed = sum(counted) - seen
+    tail = (f", {missed} not seen by the BPF program (another BPF program was running)"
+            if missed > 0 else "")
     if args.histogram:
-        print(f"mmiotrace-ng: {sum(counted)} hits ({per})", file=sys.stderr)
+        print(f"mmiotrace-ng: {sum(counted)} hits ({per}){tail}", file=sys.stderr)
     else:
         print(f"mmiotrace-ng: {sum(session.records)} hits printed ({per} counted), "
-              f"lost {session.lost}", file=sys.stderr)
+              f"lost {session.lost}{tail}", file=sys.stderr)
     return status
 
 
