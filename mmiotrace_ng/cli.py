@@ -8,7 +8,6 @@ import errno
 import fcntl
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -19,13 +18,13 @@ from typing import BinaryIO
 from . import __version__, pci
 from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
 from .loader import LoaderError, Probes
+from .rawfile import NotRawFile, RawWriter, read_raw
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
 from .ringbuf import payloads
 
 EXIT_USAGE = 2
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
-RAW_MAGIC = b"mmiotrace-ng raw 1\n"
 BATCH = 16384   # records printed per pump at most: Ctrl-C is seen between
 EXAMPLES = """examples:
   mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
@@ -306,41 +305,6 @@ class Session:
             self.probes = None
 
 
-class RawWriter:
-    """--raw FILE: the header text, then each record as u32 length + bytes."""
-
-    def __init__(self, path: str) -> None:
-        self.fh = open(path, "wb")
-        self.fh.write(RAW_MAGIC)
-
-    def header(self, text: str) -> None:
-        data = text.encode(ENCODING, ERRORS)
-        self.fh.write(struct.pack("<I", len(data)) + data)
-
-    def records(self, recs: list[bytes]) -> None:
-        self.fh.write(b"".join(struct.pack("<I", len(r)) + r for r in recs))
-        self.fh.flush()
-
-    def close(self) -> None:
-        self.fh.close()
-
-
-def read_raw(path: str) -> tuple[str, list[bytes]]:
-    """The header text and the records of a --raw file."""
-    data = Path(path).read_bytes()
-    if not data.startswith(RAW_MAGIC):
-        raise UsageError(f"{path} is not an mmiotrace-ng --raw file")
-    pos = len(RAW_MAGIC)
-    out = []
-    while pos + 4 <= len(data):
-        (n,) = struct.unpack_from("<I", data, pos)
-        out.append(data[pos + 4:pos + 4 + n])
-        pos += 4 + n
-    if not out:
-        return "", []
-    return out[0].decode(ENCODING, ERRORS), out[1:]
-
-
 def render_raw(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="mmiotrace-ng render",
                                  description="Print a --raw file as text.")
@@ -349,7 +313,10 @@ def render_raw(argv: list[str]) -> int:
     ap.add_argument("--pc", action="store_true")
     ap.add_argument("--pid", action="store_true")
     args = ap.parse_args(argv)
-    header, recs = read_raw(args.file)
+    try:
+        header, recs = read_raw(args.file)
+    except NotRawFile as exc:
+        raise UsageError(str(exc)) from exc
     r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
     sys.stdout.write(header + r.feed_batch(recs))
     return 0

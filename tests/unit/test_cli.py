@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmiotrace_ng import cli
+from mmiotrace_ng import cli, rawfile
 from mmiotrace_ng.render import Renderer, synthetic_access_records
 
 VMALLOCINFO = """\
@@ -25,12 +25,12 @@ def test_existing_mappings_picks_the_traced_ranges():
 def test_raw_file_round_trip(tmp_path):
     recs = synthetic_access_records(100)
     path = tmp_path / "t.raw"
-    w = cli.RawWriter(str(path))
+    w = rawfile.RawWriter(str(path))
     w.header("VERSION 20070824\n")
     w.records(recs[:60])
     w.records(recs[60:])
     w.close()
-    header, back = cli.read_raw(str(path))
+    header, back = rawfile.read_raw(str(path))
     assert header == "VERSION 20070824\n" and back == recs
     assert Renderer().feed_batch(back) == Renderer().feed_batch(recs)
 
@@ -38,8 +38,8 @@ def test_raw_file_round_trip(tmp_path):
 def test_raw_file_rejects_other_files(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("VERSION 20070824\n")
-    with pytest.raises(cli.UsageError):
-        cli.read_raw(str(path))
+    with pytest.raises(rawfile.NotRawFile):
+        rawfile.read_raw(str(path))
 
 
 @pytest.mark.parametrize("argv,words", [
