@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmiotrace_ng import cli, rawfile
+from mmiotrace_ng import cli, rawfile, vmalloc
 from mmiotrace_ng.render import Renderer, synthetic_access_records
 
 VMALLOCINFO = """\
@@ -17,9 +17,9 @@ VMALLOCINFO = """\
 
 
 def test_existing_mappings_picks_the_traced_ranges():
-    found = cli.existing_mappings([(0xFEA00000, 0xFEB00000)], VMALLOCINFO)
-    assert found == [cli.Existing(0xFFFFC90000600000, 0x100000, 0xFEA00000)]
-    assert cli.existing_mappings([(0x1000, 0x2000)], VMALLOCINFO) == []
+    found = vmalloc.existing_mappings([(0xFEA00000, 0xFEB00000)], VMALLOCINFO)
+    assert found == [vmalloc.Existing(0xFFFFC90000600000, 0x100000, 0xFEA00000)]
+    assert vmalloc.existing_mappings([(0x1000, 0x2000)], VMALLOCINFO) == []
 
 
 def test_raw_file_round_trip(tmp_path):
@@ -72,9 +72,7 @@ def test_version(capsys) -> None:
 def test_existing_mappings_with_hidden_addresses() -> None:
     """kptr_restrict=2: vmallocinfo shows 0 for every address; such entries
     come back with virt 0, for the caller to say why they are not traced."""
-    from mmiotrace_ng.cli import existing_mappings
-
     info = ("0x0000000000000000-0x0000000000000000  1052672 pci_iomap_range+0x5e/0x80 "
             "phys=0x00000000fea00000 ioremap\n")
-    found = existing_mappings([(0xFEA00000, 0xFEB00000)], info)
+    found = vmalloc.existing_mappings([(0xFEA00000, 0xFEB00000)], info)
     assert [(m.virt, m.phys) for m in found] == [(0, 0xFEA00000)]
