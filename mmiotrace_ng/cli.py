@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,9 +25,13 @@ from .ringbuf import payloads
 from .vmalloc import existing_mappings, read_vmallocinfo
 
 EXIT_USAGE = 2
+PROG = "mmiotrace-ng"
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
 BATCH = 16384   # records printed per pump at most: Ctrl-C is seen between
+DESCRIPTION = """\
+Trace every MMIO access of PCI devices (ioremap, reads, writes, iounmap) with
+all CPUs online, printing the kernel mmiotrace format 20070824."""
 EXAMPLES = """examples:
   mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
   mmiotrace-ng --pci 01:00.0 -- modprobe nouveau # trace while a command runs
@@ -36,6 +42,7 @@ EXAMPLES = """examples:
   mmiotrace-ng render --compat dump.raw          # the same trace, as the kernel would show it
   mmiotrace-ng mark "X is up"                    # a MARK line in the running trace
   echo "X is up" > /sys/kernel/tracing/trace_marker   # the same
+  mmiotrace-ng status                            # the helper's counters
 
 Exit status: the command's status with -- CMD, 0 after Ctrl-C/SIGTERM,
 2 for bad input or an environment that cannot trace.
@@ -46,14 +53,46 @@ class UsageError(Exception):
     """Bad input or an unusable environment: message, exit status 2."""
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="mmiotrace-ng",
-        description="Trace every MMIO access of PCI devices (ioremap, reads, writes, "
-                    "iounmap) with all CPUs online, printing the kernel mmiotrace "
-                    "format 20070824.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--version", action="version", version=f"mmiotrace-ng {__version__}")
+@dataclass(frozen=True)
+class Subcommand:
+    """A word after mmiotrace-ng that does something other than trace.
+
+    summary: its line in mmiotrace-ng --help; description: its own --help's
+    text; setup adds its arguments to its parser; run does the work and
+    gives the exit status (UsageError: a message and status 2)."""
+
+    name: str
+    summary: str
+    description: str
+    setup: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Lists the subcommands one a line, without the line of their metavar
+    that argparse puts above them."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse._SubParsersAction):
+            return "".join(map(super()._format_action, action._get_subactions()))
+        return super()._format_action(action)
+
+
+def _parser(**kwargs: object) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXAMPLES,
+                                   formatter_class=_HelpFormatter, **kwargs)
+
+
+def _add_text_options(ap: argparse.ArgumentParser) -> None:
+    """How the records are printed: tracing and render share these."""
+    ap.add_argument("--compat", action="store_true",
+                    help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
+    ap.add_argument("--pc", action="store_true", help="print instruction addresses")
+    ap.add_argument("--pid", action="store_true", help="print process ids")
+
+
+def _add_trace_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     ap.add_argument("--pci", action="append", default=[], metavar="BDF",
                     help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable)")
     ap.add_argument("--all", action="store_true",
@@ -63,10 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "kernel's tracer does; other ioremaps (not PCI) get MAP/UNMAP "
                          "lines, not their accesses, which the kernel's tracer also shows")
     ap.add_argument("-o", "--output", metavar="FILE", help="write the trace here, not stdout")
-    ap.add_argument("--compat", action="store_true",
-                    help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
-    ap.add_argument("--pc", action="store_true", help="print instruction addresses")
-    ap.add_argument("--pid", action="store_true", help="print process ids")
+    _add_text_options(ap)
     ap.add_argument("--buffer-size-kb", type=int, default=16384, metavar="KB",
                     help="ring buffer size (default 16384)")
     ap.add_argument("--no-existing", action="store_true",
@@ -76,8 +112,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--raw", metavar="FILE",
                     help="also save the binary records here (see: mmiotrace-ng render)")
     ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
+
+
+def _add_command(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("cmd", nargs=argparse.REMAINDER,
                     help="-- CMD ARGS: run CMD once tracing is armed, stop when it exits")
+
+
+class _FullHelp(argparse.Action):
+    """-h of the trace parser: the help of the whole command line, subcommands included."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                         nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        build_parser().print_help()
+        parser.exit()
+
+
+def trace_parser() -> argparse.ArgumentParser:
+    """The parser of a trace (the default command: no subcommand word first)."""
+    ap = _parser(add_help=False)
+    ap.add_argument("-h", "--help", action=_FullHelp, help="show this help message and exit")
+    _add_trace_options(ap)
+    _add_command(ap)
+    return ap
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, as --help shows it: the trace options and the
+    subcommands.  It parses the subcommands; a trace is parsed by trace_parser()."""
+    trace_usage = trace_parser().format_usage().removeprefix("usage: ").rstrip()
+    ap = _parser(usage=f"{trace_usage}\n       {PROG} COMMAND [-h] [ARGS]")
+    _add_trace_options(ap)
+    sub = ap.add_subparsers(title="commands", metavar="COMMAND", prog=PROG)
+    for cmd in SUBCOMMANDS.values():
+        p = sub.add_parser(cmd.name, help=cmd.summary, description=cmd.description)
+        cmd.setup(p)
+        p.set_defaults(run=cmd.run, subparser=p)
+    _add_command(ap)
+    return ap
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options of a trace (exit status 2, with argparse's message, if bad)."""
+    ap = trace_parser()
     args = ap.parse_args(argv)
     if args.cmd and args.cmd[0] == "--":
         args.cmd = args.cmd[1:]
@@ -261,23 +342,6 @@ class Session:
             self.probes = None
 
 
-def render_raw(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="mmiotrace-ng render",
-                                 description="Print a --raw file as text.")
-    ap.add_argument("file")
-    ap.add_argument("--compat", action="store_true")
-    ap.add_argument("--pc", action="store_true")
-    ap.add_argument("--pid", action="store_true")
-    args = ap.parse_args(argv)
-    try:
-        header, recs = read_raw(args.file)
-    except NotRawFile as exc:
-        raise UsageError(str(exc)) from exc
-    r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
-    sys.stdout.write(header + r.feed_batch(recs))
-    return 0
-
-
 def trace(args: argparse.Namespace) -> int:
     check_environment()
     ranges: list[tuple[int, int]] = []
@@ -372,7 +436,22 @@ def output_failed(exc: OSError, path: str | None) -> int:
     return EXIT_USAGE
 
 
-def mark(text: str) -> int:
+# --- subcommands: a setup (its arguments) and a run each, in SUBCOMMANDS --------
+
+
+def _mark_setup(ap: argparse.ArgumentParser) -> None:
+    # the words from the first that is not an option on are text, "-x" too
+    ap.add_argument("text", nargs=argparse.REMAINDER, metavar="TEXT",
+                    help="what to write; several words are joined by spaces "
+                         "(text that starts with - goes after --)")
+    ap.usage = "%(prog)s [-h] [--] TEXT..."
+
+
+def mark(args: argparse.Namespace) -> int:
+    words = args.text[1:] if args.text[:1] == ["--"] else args.text
+    if not words:
+        args.subparser.error("the following arguments are required: TEXT")
+    text = " ".join(words)
     try:
         with open(TRACING / "trace_marker", "w") as fh:
             fh.write(text + ("" if text.endswith("\n") else "\n"))
@@ -381,7 +460,28 @@ def mark(text: str) -> int:
     return 0
 
 
-def status() -> int:
+def _render_setup(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("file", metavar="FILE", help="a file written by --raw FILE")
+    _add_text_options(ap)
+
+
+def render(args: argparse.Namespace) -> int:
+    try:
+        header, recs = read_raw(args.file)
+    except NotRawFile as exc:
+        raise UsageError(str(exc)) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
+    r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
+    sys.stdout.write(header + r.feed_batch(recs))
+    return 0
+
+
+def _no_arguments(ap: argparse.ArgumentParser) -> None:
+    pass
+
+
+def status(args: argparse.Namespace) -> int:
     from .netlink import HelperError, HelperSocket
 
     try:
@@ -394,17 +494,29 @@ def status() -> int:
     return 0
 
 
+SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
+    Subcommand("mark", "write TEXT into the running trace as a MARK line",
+               "Write TEXT to the kernel's trace_marker: a running mmiotrace-ng prints it "
+               "as a MARK line, in order with the accesses around it.",
+               _mark_setup, mark),
+    Subcommand("render", "print a --raw file as text",
+               "Print the trace a --raw file holds, as the tracer prints it with the "
+               "same options.",
+               _render_setup, render),
+    Subcommand("status", "print the helper module's counters",
+               "Print the counters of the loaded helper module (mmiotng), one per line.",
+               _no_arguments, status),
+)}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv[:1] == ["mark"]:
-            if len(argv) < 2:
-                raise UsageError("usage: mmiotrace-ng mark TEXT")
-            return mark(" ".join(argv[1:]))
-        if argv[:1] == ["render"]:
-            return render_raw(argv[1:])
-        if argv[:1] == ["status"]:
-            return status()
+        if argv[:1] and argv[0] in SUBCOMMANDS:
+            args, extra = build_parser().parse_known_args(argv)
+            if extra:
+                args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
+            return args.run(args)
         return trace(parse_args(argv))
     except (UsageError, LoaderError) as exc:
         print(f"mmiotrace-ng: {exc}", file=sys.stderr)

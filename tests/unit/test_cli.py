@@ -1,7 +1,9 @@
-"""CLI pieces that need no kernel: arguments, raw files, vmallocinfo parsing."""
+"""CLI pieces that need no kernel: the command line, raw files, vmallocinfo parsing."""
 # ruff: noqa: E501  (vmallocinfo lines are long)
 
 from __future__ import annotations
+
+import argparse
 
 import pytest
 
@@ -76,3 +78,156 @@ def test_existing_mappings_with_hidden_addresses() -> None:
             "phys=0x00000000fea00000 ioremap\n")
     found = vmalloc.existing_mappings([(0xFEA00000, 0xFEB00000)], info)
     assert [(m.virt, m.phys) for m in found] == [(0, 0xFEA00000)]
+
+
+# --- the command line: tracing by default, subcommands by their word ---------
+
+SUBCOMMAND_LINES = {
+    "mark": "write TEXT into the running trace as a MARK line",
+    "render": "print a --raw file as text",
+    "status": "print the helper module's counters",
+}
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of mmiotrace-ng argv, argparse's exits included."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--pci", "01:00.0", "--help"]])
+def test_help_lists_the_subcommands(argv, capsys):
+    status, out, _ = run_main(argv, capsys)
+    assert status == 0
+    commands = out.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(None, 1) for line in commands] == [
+        [name, line] for name, line in SUBCOMMAND_LINES.items()]
+    assert "\n       mmiotrace-ng COMMAND [-h] [ARGS]\n" in out
+    # the trace's options and the examples are still there
+    assert "--pci BDF" in out and "--buffer-size-kb KB" in out
+    assert "examples:\n  mmiotrace-ng --pci 01:00.0 > dump.txt" in out
+    assert "--pci 01:00.0 -- modprobe nouveau" in out
+    assert 'mmiotrace-ng mark "X is up"' in out
+
+
+@pytest.mark.parametrize("name,words", [
+    ("mark", ["usage: mmiotrace-ng mark [-h] [--] TEXT...", "trace_marker", "joined by spaces"]),
+    ("render", ["usage: mmiotrace-ng render [-h] [--compat] [--pc] [--pid] FILE",
+                "--compat", "--pid", "--raw FILE"]),
+    ("status", ["usage: mmiotrace-ng status [-h]", "counters"]),
+])
+def test_each_subcommand_has_its_help(name, words, capsys):
+    status, out, err = run_main([name, "--help"], capsys)
+    assert (status, err) == (0, "")
+    assert out.startswith(words[0] + "\n")
+    assert all(w in out for w in words[1:])
+    assert "--buffer-size-kb" not in out    # not the trace's help
+
+
+def test_the_trace_parses_the_same_options():
+    args = cli.parse_args([
+        "--pci", "01:00.0", "--pci", "0000:03:00.0", "--all", "-o", "out.txt", "--compat",
+        "--pc", "--pid", "--buffer-size-kb", "64", "--no-existing", "--singlestep",
+        "--raw", "out.raw", "--helper", "mmiotng.ko", "--", "modprobe", "e1000"])
+    assert vars(args) == {
+        "pci": ["01:00.0", "0000:03:00.0"], "all": True, "output": "out.txt",
+        "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
+        "no_existing": True, "singlestep": True, "raw": "out.raw",
+        "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"]}
+    assert vars(cli.parse_args(["--all"])) == {
+        "pci": [], "all": True, "output": None, "compat": False, "pc": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
+        "raw": None, "helper": None, "cmd": []}
+
+
+TRACE_USAGE = """\
+usage: mmiotrace-ng [-h] [--version] [--pci BDF] [--all] [-o FILE] [--compat]
+                    [--pc] [--pid] [--buffer-size-kb KB] [--no-existing]
+                    [--singlestep] [--raw FILE] [--helper KO]
+                    ...
+"""
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["foo"], "unexpected argument 'foo' (put the command after --)"),
+    (["marks", "x"], "unexpected argument 'marks' (put the command after --)"),
+    # a subcommand's word after the trace's options is a stray argument
+    (["--pci", "01:00.0", "mark", "x"], "unexpected argument 'mark' (put the command after --)"),
+    ([], "nothing to trace: give --pci BDF (or --all)"),
+    (["--pci"], "argument --pci: expected one argument"),
+])
+def test_other_words_are_the_trace_parser_errors(argv, message, capsys):
+    status, out, err = run_main(argv, capsys)
+    assert (status, out) == (2, "")
+    assert err == TRACE_USAGE + f"mmiotrace-ng: error: {message}\n"
+
+
+def test_mark_joins_the_words(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "TRACING", tmp_path)
+    marker = tmp_path / "trace_marker"
+    assert run_main(["mark", "X", "is", "up"], capsys) == (0, "", "")
+    assert marker.read_text() == "X is up\n"
+    # words that look like options are text after the first word, or after --
+    assert run_main(["mark", "phase", "-x", "--help"], capsys)[0] == 0
+    assert marker.read_text() == "phase -x --help\n"
+    assert run_main(["mark", "--", "-x", "--", "y"], capsys)[0] == 0
+    assert marker.read_text() == "-x -- y\n"
+    assert run_main(["mark", "done\n"], capsys)[0] == 0
+    assert marker.read_text() == "done\n"
+
+
+def test_mark_needs_text(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "TRACING", tmp_path)
+    for argv in (["mark"], ["mark", "--"]):
+        status, _, err = run_main(argv, capsys)
+        assert status == 2 and "mmiotrace-ng mark: error:" in err and "TEXT" in err
+    assert not (tmp_path / "trace_marker").exists()
+
+
+def test_mark_without_tracefs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "TRACING", tmp_path / "none")
+    status, _, err = run_main(["mark", "x"], capsys)
+    assert status == 2 and err.startswith("mmiotrace-ng: cannot write trace_marker:")
+
+
+def test_render_prints_a_raw_file(tmp_path, capsys):
+    recs = synthetic_access_records(50)
+    path = tmp_path / "t.raw"
+    w = rawfile.RawWriter(str(path))
+    w.header("VERSION 20070824\n")
+    w.records(recs)
+    w.close()
+    for opts in ([], ["--compat", "--pc", "--pid"]):
+        status, out, err = run_main(["render", *opts, str(path)], capsys)
+        want = Renderer(compat=bool(opts), show_pc=bool(opts), show_pid=bool(opts))
+        assert (status, err) == (0, "")
+        assert out == "VERSION 20070824\n" + want.feed_batch(recs)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["render"], "mmiotrace-ng render: error: the following arguments are required: FILE"),
+    (["render", "/nonexistent/t.raw"], "mmiotrace-ng: cannot read /nonexistent/t.raw"),
+    (["status", "--bogus"], "mmiotrace-ng status: error: unrecognized arguments: --bogus"),
+])
+def test_subcommand_usage_errors_exit_2(argv, words, capsys):
+    status, _, err = run_main(argv, capsys)
+    assert status == 2 and words in err
+
+
+def test_render_of_another_file_exits_2(tmp_path, capsys):
+    path = tmp_path / "t.txt"
+    path.write_text("VERSION 20070824\n")
+    status, _, err = run_main(["render", str(path)], capsys)
+    assert status == 2 and err == f"mmiotrace-ng: {path} is not an mmiotrace-ng --raw file\n"
+
+
+def test_subcommands_are_subparsers():
+    """Each subcommand is in the parser's table: one entry adds one."""
+    ap = cli.build_parser()
+    (sub,) = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == list(cli.SUBCOMMANDS) == list(SUBCOMMAND_LINES)
+    assert sub.choices["render"].prog == "mmiotrace-ng render"
