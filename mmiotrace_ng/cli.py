@@ -425,15 +425,20 @@ def output_failed(exc: OSError, path: str | None) -> int:
     pipe (mmiotrace-ng ... | head) ends it quietly, as a pipeline's tools do
     (128 + SIGPIPE); any other error says why, exit status 2."""
     if exc.errno == errno.EPIPE:
-        # nothing more may reach the closed pipe, not even at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 128 + signal.SIGPIPE
+        return closed_pipe()
     where = path or "standard output"
     print(f"mmiotrace-ng: cannot write the trace to {where}: {exc.strerror}; "
           "tracing stopped, nothing left armed", file=sys.stderr)
     return EXIT_USAGE
+
+
+def closed_pipe() -> int:
+    """The exit status after stdout's reader went away, which nothing more
+    may reach, not even at exit (128 + SIGPIPE, as a pipeline's tools)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 # --- subcommands: a setup (its arguments) and a run each, in SUBCOMMANDS --------
@@ -473,7 +478,16 @@ def render(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
     r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
-    sys.stdout.write(header + r.feed_batch(recs))
+    text = header + r.feed_batch(recs)
+    try:
+        # the bytes the tracer would have written, whatever stdout's encoding
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode(ENCODING, ERRORS))
+        sys.stdout.buffer.flush()
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            return closed_pipe()
+        raise UsageError(f"cannot write standard output: {exc.strerror}") from exc
     return 0
 
 

@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from mmiotrace_ng import cli, rawfile, vmalloc
+from mmiotrace_ng.records import NgRecMark, NgRecType
 from mmiotrace_ng.render import Renderer, synthetic_access_records
 
 VMALLOCINFO = """\
@@ -194,13 +200,17 @@ def test_mark_without_tracefs(tmp_path, monkeypatch, capsys):
     assert status == 2 and err.startswith("mmiotrace-ng: cannot write trace_marker:")
 
 
-def test_render_prints_a_raw_file(tmp_path, capsys):
-    recs = synthetic_access_records(50)
-    path = tmp_path / "t.raw"
+def write_raw(path, recs) -> None:
     w = rawfile.RawWriter(str(path))
     w.header("VERSION 20070824\n")
     w.records(recs)
     w.close()
+
+
+def test_render_prints_a_raw_file(tmp_path, capsys):
+    recs = synthetic_access_records(50)
+    path = tmp_path / "t.raw"
+    write_raw(path, recs)
     for opts in ([], ["--compat", "--pc", "--pid"]):
         status, out, err = run_main(["render", *opts, str(path)], capsys)
         want = Renderer(compat=bool(opts), show_pc=bool(opts), show_pid=bool(opts))
@@ -231,3 +241,25 @@ def test_subcommands_are_subparsers():
     (sub,) = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
     assert list(sub.choices) == list(cli.SUBCOMMANDS) == list(SUBCOMMAND_LINES)
     assert sub.choices["render"].prog == "mmiotrace-ng render"
+
+
+def test_render_writes_the_bytes_of_marks(tmp_path, capsysbinary):
+    """A marker that is not UTF-8 comes out byte for byte, as the tracer
+    writes it, whatever the encoding of stdout."""
+    text = b"caf\xe9 \xff\n"
+    mark = NgRecMark(len=len(text))
+    mark.hdr.type, mark.hdr.ts_ns = NgRecType.NG_REC_MARK, 1000
+    ctypes.memmove(ctypes.addressof(mark) + NgRecMark.text.offset, text, len(text))
+    write_raw(tmp_path / "t.raw", [bytes(mark)[:NgRecMark.text.offset + len(text)]])
+    assert cli.main(["render", str(tmp_path / "t.raw")]) == 0
+    assert capsysbinary.readouterr().out == b"VERSION 20070824\nMARK 0.000001 " + text
+
+
+def test_render_into_a_closed_pipe_ends_quietly(tmp_path):
+    write_raw(tmp_path / "t.raw", synthetic_access_records(20000))   # > a pipe's buffer
+    child = subprocess.Popen([sys.executable, "-m", "mmiotrace_ng", "render",
+                              str(tmp_path / "t.raw")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
+    child.stdout.close()
+    assert child.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert child.stderr.read() == b""
