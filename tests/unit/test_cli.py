@@ -14,7 +14,10 @@ import pytest
 
 from mmiotrace_ng import cli, rawfile, vmalloc
 from mmiotrace_ng.records import NgRecMark, NgRecType
-from mmiotrace_ng.render import Renderer, synthetic_access_records
+from mmiotrace_ng.render import Renderer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from render_bench import synthetic_access_records  # noqa: E402
 
 VMALLOCINFO = """\
 0xffffc90000000000-0xffffc90000002000    8192 acpi_os_map_iomem+0x1c6/0x1f0 phys=0x00000000fed00000 ioremap

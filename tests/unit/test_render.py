@@ -370,7 +370,7 @@ def test_whole_edu_stream() -> None:
     for line in body:
         rec = record_for_line(line, 123)
         raws.append(raw_mark(rec) if isinstance(rec, NgRecMark) else bytes(rec))
-    stream = render.stream_header(proc_devices_for(pcidev)) + render.render_batch(raws)
+    stream = render.stream_header(proc_devices_for(pcidev)) + Renderer().feed_batch(raws)
     want = b"".join(line.encode() for line in lines)
     assert stream.encode(ENCODING, ERRORS) == want
     assert want.endswith(b"MARK 27.430042 hello\n")
@@ -571,31 +571,6 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> Non
     }
     # what the stream says of each mapping that is not traced, for stderr too
     assert len(single.untraced) == counts[NgRecType.NG_REC_UNTRACED]
-
-
-def test_bench_render_runs() -> None:
-    import inspect
-
-    from mmiotrace_ng import cli
-
-    assert inspect.signature(render.bench_render).parameters["batch"].default == cli.BATCH
-    assert render.bench_render(2000, repeat=1) > 0
-    assert render.bench_render(2000, repeat=1, batch=300) > 0
-    assert render.bench_render(2000, compat=True, show_pc=True, repeat=1) > 0
-
-
-def test_bench_render_checks_what_it_rendered(monkeypatch) -> None:
-    """The benchmark counts the lines it rendered: a renderer that drops one
-    record makes it fail rather than report a rate."""
-    real = render.Renderer.feed_ring
-
-    def drop_one(self, data, batch):
-        text, used = real(self, data, batch)
-        return text.split("\n", 1)[1], used
-
-    monkeypatch.setattr(render.Renderer, "feed_ring", drop_one)
-    with pytest.raises(RuntimeError, match="wrong output"):
-        render.bench_render(2000, repeat=1)
 
 
 def test_batch_keeps_percent_signs_of_marks() -> None:
