@@ -12,7 +12,6 @@ from pathlib import Path
 
 from .abi import MMIOTNG_ACCESS_TP, MMIOTNG_MAP_TP, MMIOTNG_MARK_TP
 from .bpfobj import (
-    CACHE_DIR,
     BpfObject,
     MapSpec,
     ObjectError,
@@ -141,8 +140,7 @@ class Probes:
     Everything is held by file descriptors of this process: if it dies, the
     kernel detaches the programs and frees the maps."""
 
-    def __init__(self, all_maps: bool, buffer_kb: int,
-                 cache_dir: Path | None = CACHE_DIR) -> None:
+    def __init__(self, all_maps: bool, buffer_kb: int) -> None:
         self.lib, bcc_version = _libbcc()
         self.fds: list[int] = []               # maps and programs
         self.probe_fds: list[tuple[bytes, int]] = []
@@ -156,14 +154,12 @@ class Probes:
         source = source_dir("bpf") / "mmiotrace_ng.bpf.c"
         headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
         key = cache_key(source, headers, cflags, bcc_version)
-        obj = load_cached(key, cache_dir) if cache_dir else None
-        self.from_cache = obj is not None
+        obj = load_cached(key)
         if obj is None:
             print("mmiotrace-ng: compiling the BPF programs (once per kernel) ...",
                   file=sys.stderr, flush=True)
             obj = compile_object(source, cflags)
-            if cache_dir:
-                store(key, obj, cache_dir)
+            store(key, obj)
         try:
             self.maps = self._create_maps(obj)
             self._configure(all_maps)

@@ -24,7 +24,7 @@ class Existing:
 KPTR_RESTRICT = Path("/proc/sys/kernel/kptr_restrict")
 
 
-def read_vmallocinfo(path: str = "/proc/vmallocinfo") -> str:
+def read_vmallocinfo() -> str:
     """/proc/vmallocinfo with real addresses: with kptr_restrict 0 the kernel
     prints hashed ones, so it is set to 1 (root still sees them) meanwhile;
     2 (zeros even for root) is left alone and said by the caller."""
@@ -35,7 +35,7 @@ def read_vmallocinfo(path: str = "/proc/vmallocinfo") -> str:
     if saved == "0":
         KPTR_RESTRICT.write_text("1")
     try:
-        return Path(path).read_text()
+        return Path("/proc/vmallocinfo").read_text()
     finally:
         if saved == "0":
             KPTR_RESTRICT.write_text(saved)
