@@ -8,25 +8,30 @@ import errno
 import fcntl
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from . import __version__, pci
 from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
+from .errors import EXIT_USAGE, UsageError
 from .loader import LoaderError, Probes
+from .rawfile import NotRawFile, RawWriter, read_raw
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
 from .ringbuf import payloads
+from .vmalloc import existing_mappings, read_vmallocinfo
 
-EXIT_USAGE = 2
+PROG = "mmiotrace-ng"
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
-RAW_MAGIC = b"mmiotrace-ng raw 1\n"
 BATCH = 16384   # records printed per pump at most: Ctrl-C is seen between
+DESCRIPTION = """\
+Trace every MMIO access of PCI devices (ioremap, reads, writes, iounmap) with
+all CPUs online, printing the kernel mmiotrace format 20070824."""
 EXAMPLES = """examples:
   mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
   mmiotrace-ng --pci 01:00.0 -- modprobe nouveau # trace while a command runs
@@ -37,24 +42,57 @@ EXAMPLES = """examples:
   mmiotrace-ng render --compat dump.raw          # the same trace, as the kernel would show it
   mmiotrace-ng mark "X is up"                    # a MARK line in the running trace
   echo "X is up" > /sys/kernel/tracing/trace_marker   # the same
+  mmiotrace-ng status                            # the helper's counters
+  mmiotrace-ng --pci 01:00.0 --histogram -- modprobe e1000   # counts per register and function
+  mmiotrace-ng ksym pid_max:rw- -- sysctl kernel.pid_max     # who reads and writes a variable
+  mmiotrace-ng install-helper                    # the helper module from DKMS
 
 Exit status: the command's status with -- CMD, 0 after Ctrl-C/SIGTERM,
 2 for bad input or an environment that cannot trace.
 """
 
 
-class UsageError(Exception):
-    """Bad input or an unusable environment: message, exit status 2."""
+@dataclass(frozen=True)
+class Subcommand:
+    """A word after mmiotrace-ng that does something other than trace.
+
+    summary: its line in mmiotrace-ng --help; description: its own --help's
+    text; setup adds its arguments to its parser; run does the work and
+    gives the exit status (UsageError: a message and status 2)."""
+
+    name: str
+    summary: str
+    description: str
+    setup: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    takes_command: bool = False      # `-- CMD ARGS` after its arguments
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="mmiotrace-ng",
-        description="Trace every MMIO access of PCI devices (ioremap, reads, writes, "
-                    "iounmap) with all CPUs online, printing the kernel mmiotrace "
-                    "format 20070824.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--version", action="version", version=f"mmiotrace-ng {__version__}")
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Lists the subcommands one a line, without the line of their metavar
+    that argparse puts above them."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse._SubParsersAction):
+            return "".join(map(super()._format_action, action._get_subactions()))
+        return super()._format_action(action)
+
+
+def _parser(**kwargs: object) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXAMPLES,
+                                   formatter_class=_HelpFormatter, **kwargs)
+
+
+def _add_text_options(ap: argparse.ArgumentParser) -> None:
+    """How the records are printed: tracing and render share these."""
+    ap.add_argument("--compat", action="store_true",
+                    help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
+    ap.add_argument("--pc", action="store_true", help="print instruction addresses")
+    ap.add_argument("--pid", action="store_true", help="print process ids")
+
+
+def _add_trace_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     ap.add_argument("--pci", action="append", default=[], metavar="BDF",
                     help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable)")
     ap.add_argument("--all", action="store_true",
@@ -64,10 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "kernel's tracer does; other ioremaps (not PCI) get MAP/UNMAP "
                          "lines, not their accesses, which the kernel's tracer also shows")
     ap.add_argument("-o", "--output", metavar="FILE", help="write the trace here, not stdout")
-    ap.add_argument("--compat", action="store_true",
-                    help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
-    ap.add_argument("--pc", action="store_true", help="print instruction addresses")
-    ap.add_argument("--pid", action="store_true", help="print process ids")
+    _add_text_options(ap)
     ap.add_argument("--buffer-size-kb", type=int, default=16384, metavar="KB",
                     help="ring buffer size (default 16384)")
     ap.add_argument("--no-existing", action="store_true",
@@ -83,8 +118,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "the trace")
     ap.add_argument("-i", "--interval", type=float, metavar="SECONDS",
                     help="with --histogram: print the table (counts so far) this often")
+
+
+def _add_command(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("cmd", nargs=argparse.REMAINDER,
                     help="-- CMD ARGS: run CMD once tracing is armed, stop when it exits")
+
+
+class _FullHelp(argparse.Action):
+    """-h of the trace parser: the help of the whole command line, subcommands included."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                         nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        build_parser().print_help()
+        parser.exit()
+
+
+def trace_parser() -> argparse.ArgumentParser:
+    """The parser of a trace (the default command: no subcommand word first)."""
+    ap = _parser(add_help=False)
+    ap.add_argument("-h", "--help", action=_FullHelp, help="show this help message and exit")
+    _add_trace_options(ap)
+    _add_command(ap)
+    return ap
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, as --help shows it: the trace options and the
+    subcommands.  It parses the subcommands; a trace is parsed by trace_parser()."""
+    trace_usage = trace_parser().format_usage().removeprefix("usage: ").rstrip()
+    ap = _parser(usage=f"{trace_usage}\n       {PROG} COMMAND [-h] [ARGS]")
+    _add_trace_options(ap)
+    sub = ap.add_subparsers(title="commands", metavar="COMMAND", prog=PROG)
+    for cmd in SUBCOMMANDS.values():
+        p = sub.add_parser(cmd.name, help=cmd.summary, description=cmd.description)
+        cmd.setup(p)
+        p.set_defaults(run=cmd.run, subparser=p)
+    _add_command(ap)
+    return ap
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options of a trace (exit status 2, with argparse's message, if bad)."""
+    ap = trace_parser()
     args = ap.parse_args(argv)
     if args.cmd and args.cmd[0] == "--":
         args.cmd = args.cmd[1:]
@@ -134,50 +214,6 @@ def single_instance() -> int:
             raise UsageError("another mmiotrace-ng is running") from None
         raise
     return fd
-
-
-@dataclass
-class Existing:
-    virt: int
-    size: int
-    phys: int
-
-
-KPTR_RESTRICT = Path("/proc/sys/kernel/kptr_restrict")
-
-
-def read_vmallocinfo(path: str = "/proc/vmallocinfo") -> str:
-    """/proc/vmallocinfo with real addresses: with kptr_restrict 0 the kernel
-    prints hashed ones, so it is set to 1 (root still sees them) meanwhile;
-    2 (zeros even for root) is left alone and said by the caller."""
-    try:
-        saved = KPTR_RESTRICT.read_text().strip()
-    except OSError:
-        saved = None
-    if saved == "0":
-        KPTR_RESTRICT.write_text("1")
-    try:
-        return Path(path).read_text()
-    finally:
-        if saved == "0":
-            KPTR_RESTRICT.write_text(saved)
-
-
-def existing_mappings(ranges: list[tuple[int, int]], vmallocinfo: str) -> list[Existing]:
-    """ioremap areas of the traced ranges in vmallocinfo's text."""
-    found = []
-    for line in vmallocinfo.splitlines():
-        fields = line.split()
-        if "ioremap" not in fields or "[mmiotng]" in fields:   # not the helper's own
-            continue
-        phys = next((int(f[5:], 16) for f in fields if f.startswith("phys=")), None)
-        if phys is None:
-            continue
-        virt, size = int(fields[0].partition("-")[0], 16), int(fields[1]) - 4096  # less guard
-        for lo, hi in ranges:
-            if lo <= phys < hi:
-                found.append(Existing(virt, min(size, hi - phys), phys))
-    return found
 
 
 class OutputError(Exception):
@@ -333,55 +369,6 @@ class Session:
             self.probes = None
 
 
-class RawWriter:
-    """--raw FILE: the header text, then each record as u32 length + bytes."""
-
-    def __init__(self, path: str) -> None:
-        self.fh = open(path, "wb")
-        self.fh.write(RAW_MAGIC)
-
-    def header(self, text: str) -> None:
-        data = text.encode(ENCODING, ERRORS)
-        self.fh.write(struct.pack("<I", len(data)) + data)
-
-    def records(self, recs: list[bytes]) -> None:
-        self.fh.write(b"".join(struct.pack("<I", len(r)) + r for r in recs))
-        self.fh.flush()
-
-    def close(self) -> None:
-        self.fh.close()
-
-
-def read_raw(path: str) -> tuple[str, list[bytes]]:
-    """The header text and the records of a --raw file."""
-    data = Path(path).read_bytes()
-    if not data.startswith(RAW_MAGIC):
-        raise UsageError(f"{path} is not an mmiotrace-ng --raw file")
-    pos = len(RAW_MAGIC)
-    out = []
-    while pos + 4 <= len(data):
-        (n,) = struct.unpack_from("<I", data, pos)
-        out.append(data[pos + 4:pos + 4 + n])
-        pos += 4 + n
-    if not out:
-        return "", []
-    return out[0].decode(ENCODING, ERRORS), out[1:]
-
-
-def render_raw(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="mmiotrace-ng render",
-                                 description="Print a --raw file as text.")
-    ap.add_argument("file")
-    ap.add_argument("--compat", action="store_true")
-    ap.add_argument("--pc", action="store_true")
-    ap.add_argument("--pid", action="store_true")
-    args = ap.parse_args(argv)
-    header, recs = read_raw(args.file)
-    r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
-    sys.stdout.write(header + r.feed_batch(recs))
-    return 0
-
-
 def trace(args: argparse.Namespace) -> int:
     check_environment()
     ranges: list[tuple[int, int]] = []
@@ -475,18 +462,38 @@ def output_failed(exc: OSError, path: str | None) -> int:
     pipe (mmiotrace-ng ... | head) ends it quietly, as a pipeline's tools do
     (128 + SIGPIPE); any other error says why, exit status 2."""
     if exc.errno == errno.EPIPE:
-        # nothing more may reach the closed pipe, not even at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 128 + signal.SIGPIPE
+        return closed_pipe()
     where = path or "standard output"
     print(f"mmiotrace-ng: cannot write the trace to {where}: {exc.strerror}; "
           "tracing stopped, nothing left armed", file=sys.stderr)
     return EXIT_USAGE
 
 
-def mark(text: str) -> int:
+def closed_pipe() -> int:
+    """The exit status after stdout's reader went away, which nothing more
+    may reach, not even at exit (128 + SIGPIPE, as a pipeline's tools)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+# --- subcommands: a setup (its arguments) and a run each, in SUBCOMMANDS --------
+
+
+def _mark_setup(ap: argparse.ArgumentParser) -> None:
+    # the words from the first that is not an option on are text, "-x" too
+    ap.add_argument("text", nargs=argparse.REMAINDER, metavar="TEXT",
+                    help="what to write; several words are joined by spaces "
+                         "(text that starts with - goes after --)")
+    ap.usage = "%(prog)s [-h] [--] TEXT..."
+
+
+def mark(args: argparse.Namespace) -> int:
+    words = args.text[1:] if args.text[:1] == ["--"] else args.text
+    if not words:
+        args.subparser.error("the following arguments are required: TEXT")
+    text = " ".join(words)
     try:
         with open(TRACING / "trace_marker", "w") as fh:
             fh.write(text + ("" if text.endswith("\n") else "\n"))
@@ -495,7 +502,37 @@ def mark(text: str) -> int:
     return 0
 
 
-def status() -> int:
+def _render_setup(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("file", metavar="FILE", help="a file written by --raw FILE")
+    _add_text_options(ap)
+
+
+def render(args: argparse.Namespace) -> int:
+    try:
+        header, recs = read_raw(args.file)
+    except NotRawFile as exc:
+        raise UsageError(str(exc)) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
+    r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
+    text = header + r.feed_batch(recs)
+    try:
+        # the bytes the tracer would have written, whatever stdout's encoding
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode(ENCODING, ERRORS))
+        sys.stdout.buffer.flush()
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            return closed_pipe()
+        raise UsageError(f"cannot write standard output: {exc.strerror}") from exc
+    return 0
+
+
+def _no_arguments(ap: argparse.ArgumentParser) -> None:
+    pass
+
+
+def status(args: argparse.Namespace) -> int:
     from .netlink import HelperError, HelperSocket
 
     try:
@@ -508,21 +545,72 @@ def status() -> int:
     return 0
 
 
+def _install_helper_setup(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--kernel", metavar="VERSION",
+                    help="build for this installed kernel (default: the running one)")
+
+
+def install_helper(args: argparse.Namespace) -> int:
+    from .kmodload import dkms_install, dkms_version
+
+    if os.geteuid() != 0:
+        raise UsageError("must be run as root (it installs a kernel module)")
+    release = args.kernel or os.uname().release
+    print(f"mmiotrace-ng: building and installing the helper module for {release} with "
+          "DKMS ...", file=sys.stderr, flush=True)
+    path = dkms_install(release)
+    print(f"mmiotrace-ng: mmiotng {dkms_version()} installed for {release} ({path}); DKMS "
+          "rebuilds it for each new kernel", file=sys.stderr)
+    return 0
+
+
+def _ksym_setup(ap: argparse.ArgumentParser) -> None:
+    from .ksym.main import setup
+
+    setup(ap)
+
+
+def ksym(args: argparse.Namespace) -> int:
+    from .ksym.main import run
+
+    return run(args)
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
+    Subcommand("ksym", "watch kernel variables with hardware breakpoints",
+               "", _ksym_setup, ksym, takes_command=True),
+    Subcommand("install-helper", "install the helper module with DKMS",
+               "Copy the helper module's sources to /usr/src/mmiotng-VERSION, register them "
+               "with DKMS and build and install the module for this kernel; tracing then "
+               "loads it instead of building one.",
+               _install_helper_setup, install_helper),
+    Subcommand("mark", "write TEXT into the running trace as a MARK line",
+               "Write TEXT to the kernel's trace_marker: a running mmiotrace-ng prints it "
+               "as a MARK line, in order with the accesses around it.",
+               _mark_setup, mark),
+    Subcommand("render", "print a --raw file as text",
+               "Print the trace a --raw file holds, as the tracer prints it with the "
+               "same options.",
+               _render_setup, render),
+    Subcommand("status", "print the helper module's counters",
+               "Print the counters of the loaded helper module (mmiotng), one per line.",
+               _no_arguments, status),
+)}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv[:1] == ["mark"]:
-            if len(argv) < 2:
-                raise UsageError("usage: mmiotrace-ng mark TEXT")
-            return mark(" ".join(argv[1:]))
-        if argv[:1] == ["render"]:
-            return render_raw(argv[1:])
-        if argv[:1] == ["status"]:
-            return status()
-        if argv[:1] == ["ksym"]:
-            from .ksym.main import main as ksym_main
-
-            return ksym_main(argv[1:])
+        if argv[:1] and argv[0] in SUBCOMMANDS:
+            cmd: list[str] = []
+            if SUBCOMMANDS[argv[0]].takes_command and "--" in argv:
+                cut = argv.index("--")
+                argv, cmd = argv[:cut], argv[cut + 1:]
+            args, extra = build_parser().parse_known_args(argv)
+            if extra:
+                args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
+            args.cmd = cmd
+            return args.run(args)
         return trace(parse_args(argv))
     except (UsageError, LoaderError) as exc:
         print(f"mmiotrace-ng: {exc}", file=sys.stderr)

@@ -215,9 +215,8 @@ class Probes:
     Everything is held by file descriptors of this process: if it dies, the
     kernel detaches the programs and frees the maps."""
 
-    def __init__(self, all_maps: bool, buffer_kb: int,
-                 cache_dir: Path | None = CACHE_DIR, histogram: bool = False) -> None:
-        self.lib, bcc_version = _libbcc()
+    def __init__(self, all_maps: bool, buffer_kb: int, histogram: bool = False) -> None:
+        self.lib, _bcc_version = _libbcc()
         self.fds: list[int] = []               # maps and programs
         self.probe_fds: list[tuple[bytes, int]] = []
         self.tp_fds: list[int] = []
@@ -226,8 +225,7 @@ class Probes:
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
-        obj, self.from_cache = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS,
-                                        cache_dir)
+        obj, _cached = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
         try:
             self.maps = self._create_maps(obj)
             self._configure(all_maps, histogram)

@@ -9,10 +9,7 @@ from pathlib import Path
 from typing import Final
 
 # include/linux/ioport.h
-IORESOURCE_IO: Final = 0x0000_0100
 IORESOURCE_MEM: Final = 0x0000_0200
-IORESOURCE_PREFETCH: Final = 0x0000_2000
-IORESOURCE_MEM_64: Final = 0x0010_0000
 IORESOURCE_DISABLED: Final = 0x1000_0000
 IORESOURCE_UNSET: Final = 0x2000_0000
 
@@ -48,10 +45,6 @@ class PciAddress:
     bus: int
     device: int
     function: int
-
-    @property
-    def devfn(self) -> int:
-        return self.device << 3 | self.function
 
     def __str__(self) -> str:
         """As sysfs names the device: dddd:bb:dd.f."""
@@ -102,14 +95,6 @@ class Bar:
     @property
     def size(self) -> int:
         return self.end - self.start + 1
-
-    @property
-    def prefetchable(self) -> bool:
-        return bool(self.flags & IORESOURCE_PREFETCH)
-
-    @property
-    def is_64bit(self) -> bool:
-        return bool(self.flags & IORESOURCE_MEM_64)
 
 
 def _resources(path: Path, addr: PciAddress) -> list[tuple[int, int, int]]:
@@ -174,14 +159,3 @@ def all_memory_ranges(sysfs_root: str | os.PathLike[str] = "/sys") -> list[Bar]:
                     and start and end > start):
                 found.setdefault((start, end), Bar(index, start, end, flags))
     return sorted(found.values(), key=lambda b: b.start)
-
-
-def driver_name(
-    bdf: str | PciAddress, sysfs_root: str | os.PathLike[str] = "/sys"
-) -> str | None:
-    """The name of the driver bound to the device, or None."""
-    link = device_dir(bdf, sysfs_root) / "driver"
-    try:
-        return Path(os.readlink(link)).name
-    except FileNotFoundError:
-        return None

@@ -34,12 +34,6 @@ class NgRecType(IntEnum):
     NG_REC_UNTRACED = 5
 
 
-NG_REC_MAP: Final = NgRecType.NG_REC_MAP
-NG_REC_UNMAP: Final = NgRecType.NG_REC_UNMAP
-NG_REC_ACCESS: Final = NgRecType.NG_REC_ACCESS
-NG_REC_MARK: Final = NgRecType.NG_REC_MARK
-NG_REC_UNTRACED: Final = NgRecType.NG_REC_UNTRACED
-
 #: the op values an access record may carry (MMIOTNG_OP_* of kmod/mmiotng_abi.h)
 VALID_OPS: Final = frozenset((MMIOTNG_OP_READ, MMIOTNG_OP_WRITE, MMIOTNG_OP_UNKNOWN))
 
@@ -60,7 +54,6 @@ class NgConfig(IntEnum):
 NG_CONFIG_TRACER: Final = NgConfig.NG_CONFIG_TRACER
 NG_CONFIG_ALL: Final = NgConfig.NG_CONFIG_ALL
 NG_CONFIG_HISTOGRAM: Final = NgConfig.NG_CONFIG_HISTOGRAM
-NG_CONFIG_SLOTS: Final = NgConfig.NG_CONFIG_SLOTS
 
 
 class NgRecHdr(ctypes.Structure):

@@ -10,10 +10,7 @@ The output is `str`; marker text that is not UTF-8 is decoded with
 from __future__ import annotations
 
 import ctypes
-import functools
-import random
 import struct
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import groupby, repeat
@@ -49,8 +46,7 @@ _U64: Final = 0xFFFF_FFFF_FFFF_FFFF
 
 # The format strings of kernel/trace/trace_mmiotrace.c (Linux 6.1) with the C
 # length modifiers dropped (Python's % has no "ll"); the C argument types are
-# reproduced by the callers (secs is a 32-bit `unsigned`, see format_ts).
-FMT_TS: Final = "%u.%06u"  # the "%u.%06lu" of every timed line
+# reproduced by the callers (secs is a 32-bit `unsigned`, see ts_parts).
 FMT_PCIDEV_HEAD: Final = "PCIDEV %02x%02x %04x%04x %x"  # mmio_print_pcidev, l. 68
 FMT_PCIDEV_NUM: Final = " %x"  # l. 73 and l. 80, 7 times each
 FMT_R: Final = "R %d %u.%06u %d 0x%x 0x%x 0x%x %d\n"  # mmio_print_rw, l. 181
@@ -61,7 +57,6 @@ FMT_UNMAP: Final = "UNMAP %u.%06u %d 0x%x %d\n"  # l. 233
 FMT_MARK: Final = "MARK %u.%06u %s"  # mmio_print_mark, l. 255
 FMT_LOST: Final = "MARK 0.000000 Lost %u events.\n"  # mmio_read, l. 142
 
-PCI_REGION_FLAG_MASK: Final = 0x0F  # include/linux/pci.h
 PCI_NUM_PRINTED_RESOURCES: Final = 7  # BARs 0-5 and the ROM
 
 
@@ -80,22 +75,12 @@ class Options:
 DEFAULT_OPTIONS: Final = Options()
 
 
-def header() -> str:
-    """The first line of every stream."""
-    return VERSION_LINE
-
-
 def ts_parts(ns: int) -> tuple[int, int]:
     """(secs, usecs) as the kernel prints them: ns2usecs() rounds to the nearest
     microsecond in u64 arithmetic (kernel/trace/trace.c), do_div splits off the
     seconds, which are then truncated to a 32-bit `unsigned`."""
     usecs = ((ns + 500) & _U64) // 1000
     return (usecs // USEC_PER_SEC) & _U32, usecs % USEC_PER_SEC
-
-
-def format_ts(ns: int) -> str:
-    """`%u.%06lu` of a timestamp in nanoseconds."""
-    return FMT_TS % ts_parts(ns)
 
 
 def lost_line(n: int) -> str:
@@ -318,7 +303,7 @@ class Renderer:
     """Renders raw records with fixed options and counts them.
 
     counts: records rendered, by type; lost: events the records said were
-    dropped; bad: records rejected as corrupt (last_error says why);
+    dropped; bad: records rejected as corrupt;
     untraced: what was said of each mapping that is not traced, for the
     tracer to repeat on stderr (the caller empties it)."""
 
@@ -329,7 +314,6 @@ class Renderer:
         self.counts: dict[NgRecType, int] = dict.fromkeys(NgRecType, 0)
         self.lost = 0
         self.bad = 0
-        self.last_error: str | None = None
         self.untraced: list[str] = []
         # The columns the fast path reads: the checked ones (the timestamp
         # among them), the map id, then the format's other arguments in its
@@ -370,9 +354,8 @@ class Renderer:
         try:
             rec = parse(raw)
             text = record_text(rec, self.options)
-        except BadRecord as e:
+        except BadRecord:
             self.bad += 1
-            self.last_error = str(e)
             return ""
         self.counts[NgRecType(rec.hdr.type)] += 1
         self.lost += rec.hdr.lost
@@ -507,72 +490,3 @@ class Renderer:
         else:
             text = "".join(map(formats.__getitem__, opbytes))
         return text % tuple(args)
-
-
-def render_batch(
-    raws: Iterable[bytes | bytearray | memoryview],
-    compat: bool = False,
-    show_pc: bool = False,
-    show_pid: bool = False,
-) -> str:
-    """Text of many raw records with a throwaway Renderer (bad records dropped)."""
-    return Renderer(compat, show_pc, show_pid).feed_batch(raws)
-
-
-def synthetic_access_records(n: int, seed: int = 1) -> list[bytes]:
-    """n plausible access records (alternating 32-bit reads and writes)."""
-    rng = random.Random(seed)
-    out = []
-    ts = 27_262_255_123
-    rec = NgRecAccess()
-    rec.hdr.type = NgRecType.NG_REC_ACCESS
-    rec.map_id = 1
-    rec.ip = 0xFFFF_FFFF_C000_1234
-    rec.width = rec.compat_width = 4
-    rec.insn_len = 2
-    rec.insn[0] = 0x8B
-    for i in range(n):
-        ts += rng.randrange(100, 50_000)
-        rec.hdr.ts_ns = ts
-        rec.phys = 0xFEA0_0000 + 4 * (i % 64)
-        rec.value = rec.compat_value = rng.getrandbits(32)
-        rec.op = rec.compat_op = i & 1
-        out.append(bytes(rec))
-    return out
-
-
-@functools.lru_cache(maxsize=1)
-def _ring_image(n: int) -> memoryview:
-    """synthetic_access_records(n) as the ring buffer holds them."""
-    return memoryview(ringbuf.pack(synthetic_access_records(n)))
-
-
-def bench_render(
-    n: int = 200_000,
-    compat: bool = False,
-    show_pc: bool = False,
-    show_pid: bool = False,
-    repeat: int = 5,
-    batch: int = 16384,
-) -> float:
-    """Access records per second of Renderer.feed_ring, as the tracer runs it:
-    n records laid out as in the ring buffer, rendered at most batch records
-    at a time (the CLI's BATCH), each text dropped once counted.  The best of
-    `repeat` runs, in CPU time of this process (one core; other load does
-    not count)."""
-    image = _ring_image(n)
-    best = float("inf")
-    for _ in range(repeat):
-        renderer = Renderer(compat, show_pc, show_pid)
-        pos = lines = 0
-        spent = 0.0
-        while pos < len(image):
-            start = time.process_time()
-            text, used = renderer.feed_ring(image[pos:], batch)
-            spent += time.process_time() - start
-            lines += text.count("\n")  # checked, then dropped as when written
-            pos += used
-        best = min(best, spent)
-        if lines != n or renderer.counts[NgRecType.NG_REC_ACCESS] != n:
-            raise RuntimeError("bench_render: wrong output")
-    return n / best

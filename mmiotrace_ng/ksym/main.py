@@ -13,6 +13,7 @@ import sys
 import time
 from typing import BinaryIO
 
+from ..errors import EXIT_USAGE, UsageError
 from ..loader import LoaderError
 from ..ringbuf import payloads
 from ..symbols import Kallsyms, SymbolError
@@ -20,7 +21,6 @@ from .output import Options, header, histogram_table, hit_line, lost_line
 from .records import NgKsymHit
 from .request import RequestError, Watch, resolve
 
-EXIT_USAGE = 2
 DESCRIPTION = """\
 Watch reads and writes of kernel variables with the CPU's hardware
 breakpoints (x86 debug registers: up to 4 watches, on every CPU, CPUs that
@@ -40,14 +40,15 @@ EXAMPLES = """examples:
 BATCH = 4096
 
 
-class UsageError(Exception):
-    """Bad input or an unusable environment: one line, exit status 2."""
+SUMMARY = "watch reads and writes of kernel variables (hardware breakpoints)"
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mmiotrace-ng ksym", description=DESCRIPTION,
-                                 epilog=EXAMPLES,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def setup(ap: argparse.ArgumentParser) -> None:
+    """ksym's arguments (`-- CMD ARGS` is cut off before they are parsed)."""
+    ap.description = DESCRIPTION
+    ap.epilog = EXAMPLES
+    ap.formatter_class = argparse.RawDescriptionHelpFormatter
+    ap.usage = "%(prog)s [options] REQUEST... [-- CMD ARGS]"
     ap.add_argument("requests", nargs="+", metavar="REQUEST")
     ap.add_argument("-o", "--output", metavar="FILE", help="write here, not stdout")
     ap.add_argument("--timestamps", action="store_true",
@@ -61,24 +62,16 @@ def parser() -> argparse.ArgumentParser:
                     help="with --histogram: print the table (counts so far) this often")
     ap.add_argument("--buffer-size-kb", type=int, default=4096, metavar="KB",
                     help="ring buffer for the hits (default 4096)")
-    return ap
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    cmd: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, cmd = argv[:i], argv[i + 1:]
-    ap = parser()
-    args = ap.parse_args(argv)
-    args.cmd = cmd
+def check_args(args: argparse.Namespace) -> None:
+    ap = args.subparser
     if args.interval is not None and (not args.histogram or args.interval <= 0):
         ap.error("-i SECONDS needs --histogram and a positive number")
     if (args.timestamps or args.value) and args.histogram:
         ap.error("--timestamps and --value are for the line per access, not --histogram")
     if args.buffer_size_kb <= 0:
         ap.error("--buffer-size-kb must be positive")
-    return args
 
 
 class Run:
@@ -160,6 +153,7 @@ def start(args: argparse.Namespace) -> tuple[list[Watch], Kallsyms]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     watches, syms = start(args)
     for w in watches:
         if w.note:
@@ -246,12 +240,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmiotrace-ng: {sum(session.records)} hits printed ({per} counted), "
               f"lost {session.lost}{tail}", file=sys.stderr)
     return status
-
-
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except UsageError as exc:
-        print(f"mmiotrace-ng: {exc}", file=sys.stderr)
-        return EXIT_USAGE

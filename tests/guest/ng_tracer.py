@@ -96,7 +96,7 @@ def sections(text: str) -> dict[int, str]:
 
 def render(raw: Path, compat: bool = False) -> str:
     """What `mmiotrace-ng render [--compat] RAW` prints (in-process: faster)."""
-    from mmiotrace_ng.cli import read_raw
+    from mmiotrace_ng.rawfile import read_raw
     from mmiotrace_ng.render import Renderer
 
     header, recs = read_raw(str(raw))

@@ -25,7 +25,7 @@ from ng_tracer import NG, REPO, NgTracer, helper_status
 
 import mmiotrace_ng.netlink as nl
 from mmiotrace_ng.abi import MmiotngCmd
-from mmiotrace_ng.cli import read_vmallocinfo
+from mmiotrace_ng.vmalloc import read_vmallocinfo
 
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3"
 KILL_CYCLES = int(os.environ.get("NG_KILL_CYCLES", "50"))

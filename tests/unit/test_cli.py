@@ -1,12 +1,23 @@
-"""CLI pieces that need no kernel: arguments, raw files, vmallocinfo parsing."""
+"""CLI pieces that need no kernel: the command line, raw files, vmallocinfo parsing."""
 # ruff: noqa: E501  (vmallocinfo lines are long)
 
 from __future__ import annotations
 
+import argparse
+import ctypes
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from mmiotrace_ng import cli
-from mmiotrace_ng.render import Renderer, synthetic_access_records
+from mmiotrace_ng import cli, rawfile, vmalloc
+from mmiotrace_ng.records import NgRecMark, NgRecType
+from mmiotrace_ng.render import Renderer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from render_bench import synthetic_access_records  # noqa: E402
 
 VMALLOCINFO = """\
 0xffffc90000000000-0xffffc90000002000    8192 acpi_os_map_iomem+0x1c6/0x1f0 phys=0x00000000fed00000 ioremap
@@ -17,20 +28,20 @@ VMALLOCINFO = """\
 
 
 def test_existing_mappings_picks_the_traced_ranges():
-    found = cli.existing_mappings([(0xFEA00000, 0xFEB00000)], VMALLOCINFO)
-    assert found == [cli.Existing(0xFFFFC90000600000, 0x100000, 0xFEA00000)]
-    assert cli.existing_mappings([(0x1000, 0x2000)], VMALLOCINFO) == []
+    found = vmalloc.existing_mappings([(0xFEA00000, 0xFEB00000)], VMALLOCINFO)
+    assert found == [vmalloc.Existing(0xFFFFC90000600000, 0x100000, 0xFEA00000)]
+    assert vmalloc.existing_mappings([(0x1000, 0x2000)], VMALLOCINFO) == []
 
 
 def test_raw_file_round_trip(tmp_path):
     recs = synthetic_access_records(100)
     path = tmp_path / "t.raw"
-    w = cli.RawWriter(str(path))
+    w = rawfile.RawWriter(str(path))
     w.header("VERSION 20070824\n")
     w.records(recs[:60])
     w.records(recs[60:])
     w.close()
-    header, back = cli.read_raw(str(path))
+    header, back = rawfile.read_raw(str(path))
     assert header == "VERSION 20070824\n" and back == recs
     assert Renderer().feed_batch(back) == Renderer().feed_batch(recs)
 
@@ -38,8 +49,8 @@ def test_raw_file_round_trip(tmp_path):
 def test_raw_file_rejects_other_files(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("VERSION 20070824\n")
-    with pytest.raises(cli.UsageError):
-        cli.read_raw(str(path))
+    with pytest.raises(rawfile.NotRawFile):
+        rawfile.read_raw(str(path))
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -72,9 +83,204 @@ def test_version(capsys) -> None:
 def test_existing_mappings_with_hidden_addresses() -> None:
     """kptr_restrict=2: vmallocinfo shows 0 for every address; such entries
     come back with virt 0, for the caller to say why they are not traced."""
-    from mmiotrace_ng.cli import existing_mappings
-
     info = ("0x0000000000000000-0x0000000000000000  1052672 pci_iomap_range+0x5e/0x80 "
             "phys=0x00000000fea00000 ioremap\n")
-    found = existing_mappings([(0xFEA00000, 0xFEB00000)], info)
+    found = vmalloc.existing_mappings([(0xFEA00000, 0xFEB00000)], info)
     assert [(m.virt, m.phys) for m in found] == [(0, 0xFEA00000)]
+
+
+# --- the command line: tracing by default, subcommands by their word ---------
+
+SUBCOMMAND_LINES = {
+    "ksym": "watch kernel variables with hardware breakpoints",
+    "install-helper": "install the helper module with DKMS",
+    "mark": "write TEXT into the running trace as a MARK line",
+    "render": "print a --raw file as text",
+    "status": "print the helper module's counters",
+}
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of mmiotrace-ng argv, argparse's exits included."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--pci", "01:00.0", "--help"]])
+def test_help_lists_the_subcommands(argv, capsys):
+    status, out, _ = run_main(argv, capsys)
+    assert status == 0
+    commands = out.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(None, 1) for line in commands] == [
+        [name, line] for name, line in SUBCOMMAND_LINES.items()]
+    assert "\n       mmiotrace-ng COMMAND [-h] [ARGS]\n" in out
+    # the trace's options and the examples are still there
+    assert "--pci BDF" in out and "--buffer-size-kb KB" in out
+    assert "examples:\n  mmiotrace-ng --pci 01:00.0 > dump.txt" in out
+    assert "--pci 01:00.0 -- modprobe nouveau" in out
+    assert 'mmiotrace-ng mark "X is up"' in out
+
+
+@pytest.mark.parametrize("name,words", [
+    ("mark", ["usage: mmiotrace-ng mark [-h] [--] TEXT...", "trace_marker", "joined by spaces"]),
+    ("render", ["usage: mmiotrace-ng render [-h] [--compat] [--pc] [--pid] FILE",
+                "--compat", "--pid", "--raw FILE"]),
+    ("status", ["usage: mmiotrace-ng status [-h]", "counters"]),
+])
+def test_each_subcommand_has_its_help(name, words, capsys):
+    status, out, err = run_main([name, "--help"], capsys)
+    assert (status, err) == (0, "")
+    assert out.startswith(words[0] + "\n")
+    assert all(w in out for w in words[1:])
+    assert "--buffer-size-kb" not in out    # not the trace's help
+
+
+def test_the_trace_parses_the_same_options():
+    args = cli.parse_args([
+        "--pci", "01:00.0", "--pci", "0000:03:00.0", "--all", "-o", "out.txt", "--compat",
+        "--pc", "--pid", "--buffer-size-kb", "64", "--no-existing", "--singlestep",
+        "--raw", "out.raw", "--helper", "mmiotng.ko", "--", "modprobe", "e1000"])
+    assert vars(args) == {
+        "pci": ["01:00.0", "0000:03:00.0"], "all": True, "output": "out.txt",
+        "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
+        "no_existing": True, "singlestep": True, "raw": "out.raw",
+        "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
+        "histogram": False, "interval": None}
+    assert vars(cli.parse_args(["--all"])) == {
+        "pci": [], "all": True, "output": None, "compat": False, "pc": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
+        "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None}
+    assert vars(cli.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
+        "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
+        "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0}
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--pci", "1:0.0", "-i", "1"], "-i SECONDS needs --histogram"),
+    (["--pci", "1:0.0", "--histogram", "-i", "0"], "-i SECONDS needs --histogram"),
+    (["--pci", "1:0.0", "--histogram", "--raw", "x"], "no --raw or --compat"),
+])
+def test_histogram_option_errors(argv, message, capsys):
+    status, _out, err = run_main(argv, capsys)
+    assert status == 2 and message in err
+
+
+TRACE_USAGE = """\
+usage: mmiotrace-ng [-h] [--version] [--pci BDF] [--all] [-o FILE] [--compat]
+                    [--pc] [--pid] [--buffer-size-kb KB] [--no-existing]
+                    [--singlestep] [--raw FILE] [--helper KO] [--histogram]
+                    [-i SECONDS]
+                    ...
+"""
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["foo"], "unexpected argument 'foo' (put the command after --)"),
+    (["marks", "x"], "unexpected argument 'marks' (put the command after --)"),
+    # a subcommand's word after the trace's options is a stray argument
+    (["--pci", "01:00.0", "mark", "x"], "unexpected argument 'mark' (put the command after --)"),
+    ([], "nothing to trace: give --pci BDF (or --all)"),
+    (["--pci"], "argument --pci: expected one argument"),
+])
+def test_other_words_are_the_trace_parser_errors(argv, message, capsys):
+    status, out, err = run_main(argv, capsys)
+    assert (status, out) == (2, "")
+    assert err == TRACE_USAGE + f"mmiotrace-ng: error: {message}\n"
+
+
+def test_mark_joins_the_words(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "TRACING", tmp_path)
+    marker = tmp_path / "trace_marker"
+    assert run_main(["mark", "X", "is", "up"], capsys) == (0, "", "")
+    assert marker.read_text() == "X is up\n"
+    # words that look like options are text after the first word, or after --
+    assert run_main(["mark", "phase", "-x", "--help"], capsys)[0] == 0
+    assert marker.read_text() == "phase -x --help\n"
+    assert run_main(["mark", "--", "-x", "--", "y"], capsys)[0] == 0
+    assert marker.read_text() == "-x -- y\n"
+    assert run_main(["mark", "done\n"], capsys)[0] == 0
+    assert marker.read_text() == "done\n"
+
+
+def test_mark_needs_text(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "TRACING", tmp_path)
+    for argv in (["mark"], ["mark", "--"]):
+        status, _, err = run_main(argv, capsys)
+        assert status == 2 and "mmiotrace-ng mark: error:" in err and "TEXT" in err
+    assert not (tmp_path / "trace_marker").exists()
+
+
+def test_mark_without_tracefs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "TRACING", tmp_path / "none")
+    status, _, err = run_main(["mark", "x"], capsys)
+    assert status == 2 and err.startswith("mmiotrace-ng: cannot write trace_marker:")
+
+
+def write_raw(path, recs) -> None:
+    w = rawfile.RawWriter(str(path))
+    w.header("VERSION 20070824\n")
+    w.records(recs)
+    w.close()
+
+
+def test_render_prints_a_raw_file(tmp_path, capsys):
+    recs = synthetic_access_records(50)
+    path = tmp_path / "t.raw"
+    write_raw(path, recs)
+    for opts in ([], ["--compat", "--pc", "--pid"]):
+        status, out, err = run_main(["render", *opts, str(path)], capsys)
+        want = Renderer(compat=bool(opts), show_pc=bool(opts), show_pid=bool(opts))
+        assert (status, err) == (0, "")
+        assert out == "VERSION 20070824\n" + want.feed_batch(recs)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["render"], "mmiotrace-ng render: error: the following arguments are required: FILE"),
+    (["render", "/nonexistent/t.raw"], "mmiotrace-ng: cannot read /nonexistent/t.raw"),
+    (["status", "--bogus"], "mmiotrace-ng status: error: unrecognized arguments: --bogus"),
+])
+def test_subcommand_usage_errors_exit_2(argv, words, capsys):
+    status, _, err = run_main(argv, capsys)
+    assert status == 2 and words in err
+
+
+def test_render_of_another_file_exits_2(tmp_path, capsys):
+    path = tmp_path / "t.txt"
+    path.write_text("VERSION 20070824\n")
+    status, _, err = run_main(["render", str(path)], capsys)
+    assert status == 2 and err == f"mmiotrace-ng: {path} is not an mmiotrace-ng --raw file\n"
+
+
+def test_subcommands_are_subparsers():
+    """Each subcommand is in the parser's table: one entry adds one."""
+    ap = cli.build_parser()
+    (sub,) = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == list(cli.SUBCOMMANDS) == list(SUBCOMMAND_LINES)
+    assert sub.choices["render"].prog == "mmiotrace-ng render"
+
+
+def test_render_writes_the_bytes_of_marks(tmp_path, capsysbinary):
+    """A marker that is not UTF-8 comes out byte for byte, as the tracer
+    writes it, whatever the encoding of stdout."""
+    text = b"caf\xe9 \xff\n"
+    mark = NgRecMark(len=len(text))
+    mark.hdr.type, mark.hdr.ts_ns = NgRecType.NG_REC_MARK, 1000
+    ctypes.memmove(ctypes.addressof(mark) + NgRecMark.text.offset, text, len(text))
+    write_raw(tmp_path / "t.raw", [bytes(mark)[:NgRecMark.text.offset + len(text)]])
+    assert cli.main(["render", str(tmp_path / "t.raw")]) == 0
+    assert capsysbinary.readouterr().out == b"VERSION 20070824\nMARK 0.000001 " + text
+
+
+def test_render_into_a_closed_pipe_ends_quietly(tmp_path):
+    write_raw(tmp_path / "t.raw", synthetic_access_records(20000))   # > a pipe's buffer
+    child = subprocess.Popen([sys.executable, "-m", "mmiotrace_ng", "render",
+                              str(tmp_path / "t.raw")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
+    child.stdout.close()
+    assert child.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert child.stderr.read() == b""

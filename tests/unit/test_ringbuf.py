@@ -35,11 +35,11 @@ def ring_file(tmp_path, records: list[tuple[bytes, int]], prod_extra: int = 0):
     return path
 
 
-def read(reader: RingReader, limit: int | None = None) -> list[bytes]:
+def read(reader: RingReader) -> list[bytes]:
     """Copies of the committed records, as the tracer takes them: pending,
     then consume what was used."""
     view = reader.pending()
-    out, used = payloads(view, limit)
+    out, used = payloads(view)
     view.release()
     reader.consume(used)
     return out
@@ -66,14 +66,6 @@ def test_stops_at_a_record_still_being_written(tmp_path):
     reader, fh = open_reader(ring_file(tmp_path, recs))
     assert read(reader) == [b"x" * 8]
     assert struct.unpack_from("<Q", reader.cons_map, 0)[0] == 16
-    reader.close()
-    fh.close()
-
-
-def test_limit(tmp_path):
-    reader, fh = open_reader(ring_file(tmp_path, [(bytes([i]) * 8, 0) for i in range(10)]))
-    assert len(read(reader, limit=3)) == 3
-    assert len(read(reader)) == 7
     reader.close()
     fh.close()
 
