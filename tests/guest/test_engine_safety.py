@@ -106,7 +106,8 @@ def status() -> nl.Status:
 
 def test_stress_file_lists_the_new_scenarios(exerciser):
     names = [ln.split()[0] for ln in STRESS.read_text().splitlines() if ln.strip()]
-    assert names == ["stride", "maploop", "kprobe_read", "window16", "straddle", "wc_loop"]
+    assert names == ["stride", "maploop", "kprobe_read", "window16", "straddle", "wc_loop",
+                     "watch_write", "watch_read"]
     assert not set(names) & set(exerciser.scenarios())
     stress("stride 3")
     stress("maploop 100")
