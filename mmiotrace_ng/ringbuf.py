@@ -74,13 +74,14 @@ def next_record(
     return end, view[pos + HEADER : pos + HEADER + length]
 
 
-def payloads(view: memoryview) -> tuple[list[bytes], int]:
+def payloads(view: memoryview, limit: int | None = None) -> tuple[list[bytes], int]:
     """Copies of the committed records at the start of view (discarded ones
-    skipped) and the bytes they and the skipped ones take."""
+    skipped, at most limit) and the bytes they and the skipped ones take."""
     out: list[bytes] = []
     pos = 0
     words = view.cast("I")
-    while (rec := next_record(view, pos, words)) is not None:
+    while (limit is None or len(out) < limit) and (
+            rec := next_record(view, pos, words)) is not None:
         pos, data = rec
         if data is not None:
             out.append(bytes(data))

@@ -126,3 +126,12 @@ def test_pack_is_what_the_reader_reads():
     image = pack(body)
     assert len(image) == sum(stride(len(b)) for b in body)
     assert payloads(memoryview(image)) == (body, len(image))
+
+
+def test_payloads_stops_at_the_limit():
+    recs = [bytes([i]) * (i + 1) for i in range(5)]
+    image = memoryview(pack(recs))
+    got, used = payloads(image, 3)
+    assert got == recs[:3]
+    assert used == sum(stride(len(r)) for r in recs[:3])
+    assert payloads(image) == (recs, len(image))
