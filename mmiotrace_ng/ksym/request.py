@@ -102,10 +102,12 @@ def _length(spec: Spec, sym: Symbol, syms: Kallsyms) -> tuple[int, str]:
         return 8, ""
     gap = syms.gap_after(sym)
     room = (gap - spec.offset) if gap is not None else 8
+    why = (f"no .ko file of {sym.module} found to read the size of {sym.name} from"
+           if sym.module else f"the kernel gives no size for {sym.name}")
     for n in LENGTHS:
         if n <= room and addr % n == 0:
-            return n, (f"{spec.text}: the kernel gives no size for {sym.name}; watching "
-                       f"{n} bytes (the next symbol is {gap} bytes on); /LEN chooses")
+            return n, (f"{spec.text}: {why}; watching {n} bytes (the next symbol is {gap} "
+                       "bytes on); /LEN chooses")
     return 1, ""
 
 

@@ -99,3 +99,27 @@ def test_function_column_as_the_kernel_prints_it(syms):
     assert syms.function(0xFFFFFFFF81001010) == "proc_dointvec+0x10/0x100"
     assert syms.function(0xFFFFFFFFC0000010).endswith(" [e1000]")
     assert syms.function(0x1000) == "0x1000"
+
+
+def test_module_object_sizes_agree_with_readelf():
+    """The .ko reader against binutils, on the exerciser tests/setup.sh builds."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from ng_require import missing
+
+    from mmiotrace_ng.symbols import elf_object_sizes
+
+    ko = Path(__file__).resolve().parents[1] / "drivers" / "edu_exerciser" / "edu_exerciser.ko"
+    if not ko.exists() or not shutil.which("readelf"):
+        missing(f"{ko} (tests/setup.sh builds it) and readelf")
+    want = {}
+    for line in subprocess.run(["readelf", "-sW", str(ko)], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        f = line.split()
+        if len(f) == 8 and f[3] == "OBJECT":
+            want[f[7]] = int(f[2], 0)
+    got = elf_object_sizes(ko.read_bytes())
+    assert want and got == want
+    assert got["edu_watched"] == 4
