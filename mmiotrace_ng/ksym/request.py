@@ -97,9 +97,13 @@ def _length(spec: Spec, sym: Symbol, syms: Kallsyms) -> tuple[int, str]:
     size = module_object_size(sym.module, sym.name) if sym.module else None
     if size is not None:
         size -= spec.offset
-        if size in LENGTHS:
+        if size in LENGTHS and addr % size == 0:
             return size, ""
-        return 8, ""
+        # an array, a string, a struct: 8 bytes, or as many as its
+        # alignment lets one debug register watch
+        n = next(n for n in LENGTHS if addr % n == 0)
+        return n, ("" if n == 8 else f"{spec.text}: {size} bytes at 0x{addr:x}; watching the "
+                   f"first {n} (a debug register needs its length's alignment); /LEN chooses")
     gap = syms.gap_after(sym)
     room = (gap - spec.offset) if gap is not None else 8
     why = (f"no .ko file of {sym.module} found to read the size of {sym.name} from"

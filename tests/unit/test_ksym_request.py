@@ -22,6 +22,7 @@ ffffffff82000040 D odd_var
 ffffffff82000043 D next_after_odd
 ffffffffc0000000 t e1000_probe\t[e1000]
 ffffffffc0001000 d e1000_driver_name\t[e1000]
+ffffffffc0001009 d e1000_copyright_odd\t[e1000]
 ffffffffc0001010 d e1000_copyright\t[e1000]
 ffffffffc0002000 b edu_watched\t[edu_exerciser]
 ffffffffc0002004 b edu_watch_sink\t[edu_exerciser]
@@ -30,7 +31,8 @@ ffffffffc0002004 b edu_watch_sink\t[edu_exerciser]
 
 @pytest.fixture
 def syms(monkeypatch) -> Kallsyms:
-    sizes = {("e1000", "e1000_driver_name"): 6, ("edu_exerciser", "edu_watched"): 4}
+    sizes = {("e1000", "e1000_driver_name"): 6, ("edu_exerciser", "edu_watched"): 4,
+             ("e1000", "e1000_copyright_odd"): 5}
     monkeypatch.setattr(rq, "module_object_size", lambda mod, name: sizes.get((mod, name)))
     return Kallsyms(KALLSYMS)
 
@@ -51,6 +53,8 @@ def test_module_symbol_sizes_from_the_module(syms):
     a, b = resolve(["edu_exerciser:edu_watched:-w-", "e1000:e1000_driver_name:rw-"], syms)
     assert (a.len, a.module, a.note) == (4, "edu_exerciser", "")
     assert (b.len, b.text) == (8, "e1000:e1000_driver_name")   # 6 bytes: 8 by default
+    (c,) = resolve(["e1000:e1000_copyright_odd:rw-"], syms)    # 5 bytes at an odd address
+    assert c.len == 1 and "watching the first 1" in c.note
 
 
 @pytest.mark.parametrize(("req", "why"), [
