@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -61,23 +62,41 @@ class Background:
                                  + Path("/tmp/ksym-bench.err").read_text())
             time.sleep(0.2)
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Its stderr, once it has ended."""
         self.proc.send_signal(2)
         if self.proc.wait(600) not in (0, 130, -2):
             raise SystemExit(f"tracer exited {self.proc.returncode}: "
                              + Path("/tmp/ksym-bench.err").read_text())
+        return Path("/tmp/ksym-bench.err").read_text()
+
+
+# what each tool says it saw: a measurement counts only if it saw every hit
+SEEN = {
+    "perf stat": re.compile(r"^\s*([\d,.]+)\s+mem:", re.M),
+    "perf record": re.compile(r"\((\d+) samples\)"),
+    "ksym": re.compile(r"hits printed \(\S+ (\d+) counted\), lost 0"),
+    "ksym --histogram": re.compile(r"mmiotrace-ng: (\d+) hits"),
+}
 
 
 def measure(cmd: list[str] | None, ready: str | None, path: Path, work: str,
-            count: int) -> float:
-    """ns per access of `work` (COUNT accesses), median of REPEAT runs."""
+            count: int, label: str) -> float:
+    """ns per access of `work` (COUNT accesses), median of REPEAT runs; the
+    tool must have seen all (REPEAT + 1) * COUNT hits."""
     bg = Background(cmd, ready) if cmd else None
+    err = ""
     try:
         timed(path, work)                       # warm up
         runs = [timed(path, work) for _ in range(REPEAT)]
     finally:
         if bg:
-            bg.stop()
+            err = bg.stop()
+    if label in SEEN:
+        m = SEEN[label].search(err)
+        seen = int(m[1].replace(",", "").replace(".", "")) if m else -1
+        if seen != (REPEAT + 1) * count:
+            raise SystemExit(f"{label} saw {seen} hits, not {(REPEAT + 1) * count}:\n{err}")
     return statistics.median(runs) / count * 1e9
 
 
@@ -97,18 +116,21 @@ def main() -> int:
     for label, cmd, ready in [
         ("untraced", None, None),
         ("perf stat", ["perf", "stat", "-a", "-e", var], None),
-        ("perf record", ["perf", "record", "-a", "-e", var, "-o", "/tmp/perf.data"], None),
-        ("ksym", [*NG, "ksym", "edu_exerciser:edu_watched:-w-", "-o", "/tmp/ksym.txt"],
+        ("perf record", ["perf", "record", "-a", "-c", "1", "-e", var, "-o", "/tmp/perf.data"],
+         None),
+        ("ksym", [*NG, "ksym", "edu_exerciser:edu_watched:-w-", "--buffer-size-kb", "16384",
+                  "-o", "/tmp/ksym.txt"],
          "ready"),
         ("ksym --histogram", [*NG, "ksym", "edu_exerciser:edu_watched:-w-", "--histogram",
                               "-o", "/tmp/ksym-hist.txt"], "ready"),
     ]:
         log(f"watch_write x{n}: {label}")
-        ns[f"write {label}"] = measure(cmd, ready, stress, write, n)
+        ns[f"write {label}"] = measure(cmd, ready, stress, write, n, label)
     for label, extra in [("untraced", None), ("trace", []), ("--histogram", ["--histogram"])]:
         log(f"rloop x{n}: MMIO {label}")
         cmd = None if extra is None else [*NG, "--pci", dev, *extra, "-o", "/tmp/mmio.txt"]
-        ns[f"mmio {label}"] = measure(cmd, "ready" if cmd else None, run, rloop, n)
+        ns[f"mmio {label}"] = measure(cmd, "ready" if cmd else None, run, rloop, n,
+                                      f"mmio {label}")
     hit = {k: v - ns["write untraced"] for k, v in ns.items() if k.startswith("write ")}
     acc = {k: v - ns["mmio untraced"] for k, v in ns.items() if k.startswith("mmio ")}
     out = {
