@@ -62,6 +62,7 @@ class KsymProbes:
         self.watches = watches
         self.fds: list[int] = []
         self.events: dict[int, list[int]] = {}      # cpu -> one event fd per watch
+        self.gone = [0] * len(watches)              # counts of events closed since
         self.ring: RingReader | None = None
         pages = max(1, buffer_kb * 1024 // 4096)
         self.buffer_bytes = (1 << (pages - 1).bit_length()) * 4096
@@ -116,7 +117,8 @@ class KsymProbes:
         none kept for those that went offline); the CPUs newly covered."""
         now = online_cpus()
         for cpu in set(self.events) - now:
-            for fd in self.events.pop(cpu):
+            for slot, fd in enumerate(self.events.pop(cpu)):
+                self.gone[slot] += struct.unpack("<Q", os.read(fd, 8))[0]
                 os.close(fd)
         added = sorted(now - set(self.events))
         for cpu in added:
@@ -126,7 +128,7 @@ class KsymProbes:
     def counts(self) -> list[int]:
         """Hits of each watch as the perf events counted them (every hit,
         whether or not its record found room)."""
-        out = [0] * len(self.watches)
+        out = list(self.gone)
         for fds in self.events.values():
             for slot, fd in enumerate(fds):
                 data = os.read(fd, 8)
