@@ -23,6 +23,7 @@ NG = [str(REPO / "tests" / "vm" / "bin" / "mmiotrace-ng")]
 EXERCISER_KO = REPO / "tests" / "drivers" / "edu_exerciser" / "edu_exerciser.ko"
 DEBUGFS = Path("/sys/kernel/debug/edu_exerciser")
 REPEAT = 3
+PERF_SETTLE_S = 20.0    # perf record's start-up (kallsyms, task synthesis) under TCG
 
 
 def log(msg: str) -> None:
@@ -53,7 +54,7 @@ class Background:
         deadline = time.monotonic() + 600
         while True:
             if ready is None:
-                time.sleep(3)
+                time.sleep(PERF_SETTLE_S)   # perf says nothing when its events are on
                 break
             if ready in Path("/tmp/ksym-bench.err").read_text():
                 break
