@@ -28,9 +28,9 @@ from mmiotrace_ng.abi import MmiotngCmd
 from mmiotrace_ng.vmalloc import read_vmallocinfo
 
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3"
-# kill cycles per test: 30 in tests/run (about 3 minutes of its 20 under
+# kill cycles per test: 20 in tests/run (about 2 minutes of its 20 under
 # TCG); NG_KILL_CYCLES=200 in the guest's environment for a longer run
-KILL_CYCLES = int(os.environ.get("NG_KILL_CYCLES", "30"))
+KILL_CYCLES = int(os.environ.get("NG_KILL_CYCLES", "20"))
 E1000_ID = (0x8086, 0x100E)
 
 def spawn_controller(start: int, length: int) -> tuple[int, int]:
