@@ -8,7 +8,6 @@ import errno
 import fcntl
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -18,6 +17,8 @@ from typing import BinaryIO
 
 from . import __version__, pci
 from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
+from .child import ended as child_ended
+from .child import start as start_child
 from .errors import EXIT_USAGE, UsageError
 from .loader import LoaderError, Probes
 from .rawfile import NotRawFile, RawWriter, read_raw
@@ -421,12 +422,7 @@ def trace(args: argparse.Namespace) -> int:
         print("mmiotrace-ng: ready, tracing "
               + ("every PCI device" if args.all else ", ".join(args.pci)),
               file=sys.stderr, flush=True)
-        child = None
-        if args.cmd:
-            try:
-                child = subprocess.Popen(args.cmd)
-            except OSError as exc:
-                raise UsageError(f"cannot run {args.cmd[0]}: {exc.strerror}") from exc
+        child = start_child(args.cmd)
         next_table = time.monotonic() + (args.interval or 0)
         while not session.stop:
             session.pump(100)
@@ -434,8 +430,8 @@ def trace(args: argparse.Namespace) -> int:
                 session.write(time.strftime("%H:%M:%S\n") + session.histogram() + "\n")
                 session.flush()
                 next_table += args.interval
-            if child is not None and child.poll() is not None:
-                status = child.returncode if child.returncode >= 0 else 128 - child.returncode
+            if (ended := child_ended(child)) is not None:
+                status = ended
                 break
         session.finish()
     except OutputError as exc:

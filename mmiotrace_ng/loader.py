@@ -209,6 +209,23 @@ def load_program(kind: int, name: str, obj: BpfObject, by_old: dict[int, int]) -
     return fd
 
 
+def read_drops(map_fd: int) -> tuple[int, int]:
+    """The per-CPU drop counters of a program (the map "drops": slot 0,
+    records dropped in all; slot 1, dropped but not yet reported in a
+    record), summed over the CPUs."""
+    from bcc.utils import get_possible_cpus
+
+    lib, _ver = _libbcc()
+    ncpu = len(get_possible_cpus())
+    out = []
+    for slot in (0, 1):
+        vals = (ctypes.c_uint64 * ncpu)()
+        if lib.bpf_lookup_elem(map_fd, ctypes.byref(ctypes.c_int(slot)), vals) < 0:
+            raise LoaderError("cannot read the BPF map drops")
+        out.append(sum(vals))
+    return out[0], out[1]
+
+
 class Probes:
     """The loaded BPF programs, attached, and their ring buffer.
 
@@ -331,15 +348,7 @@ class Probes:
 
     def drops(self) -> tuple[int, int]:
         """(records dropped in all, dropped but not yet reported in a record)."""
-        from bcc.utils import get_possible_cpus
-
-        ncpu = len(get_possible_cpus())
-        out = []
-        for slot in (0, 1):
-            vals = (ctypes.c_uint64 * ncpu)()
-            self._lookup("drops", ctypes.c_int(slot), vals)
-            out.append(sum(vals))
-        return out[0], out[1]
+        return read_drops(self.maps["drops"])
 
     def close(self) -> None:
         if self.ring is not None:

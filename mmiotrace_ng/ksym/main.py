@@ -8,11 +8,12 @@ import ctypes
 import errno
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import BinaryIO
 
+from ..child import ended as child_ended
+from ..child import start as start_child
 from ..errors import EXIT_USAGE, UsageError
 from ..loader import LoaderError
 from ..ringbuf import payloads
@@ -182,12 +183,7 @@ def run(args: argparse.Namespace) -> int:
         print("mmiotrace-ng: ready, watching "
               + ", ".join(f"{w.text} ({w.type}, {w.len} bytes at 0x{w.addr:x})"
                           for w in watches), file=sys.stderr, flush=True)
-        child = None
-        if args.cmd:
-            try:
-                child = subprocess.Popen(args.cmd)
-            except OSError as exc:
-                raise UsageError(f"cannot run {args.cmd[0]}: {exc.strerror}") from exc
+        child = start_child(args.cmd)
         next_table = time.monotonic() + (args.interval or 0)
         next_cpus = time.monotonic() + 0.5
         while not session.stop:
@@ -200,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
                 session.write(time.strftime("%H:%M:%S\n") + session.table() + "\n")
                 out.flush()
                 next_table += args.interval
-            if child is not None and child.poll() is not None:
-                status = child.returncode if child.returncode >= 0 else 128 - child.returncode
+            if (ended := child_ended(child)) is not None:
+                status = ended
                 break
         session.finish()
         counted = session.probes.counts()

@@ -11,7 +11,15 @@ import os
 import struct
 from pathlib import Path
 
-from ..loader import CACHE_DIR, LoaderError, compiled, create_maps, load_program, source_dir
+from ..loader import (
+    CACHE_DIR,
+    LoaderError,
+    compiled,
+    create_maps,
+    load_program,
+    read_drops,
+    source_dir,
+)
 from ..ringbuf import RingReader
 from .records import NgKsymConfig, NgKsymKey, NgKsymWatch
 from .request import Watch
@@ -158,20 +166,7 @@ class KsymProbes:
 
     def drops(self) -> tuple[int, int]:
         """(records dropped in all, dropped but not yet reported in a record)."""
-        from bcc.utils import get_possible_cpus
-
-        from ..loader import _libbcc
-
-        lib, _ver = _libbcc()
-        ncpu = len(get_possible_cpus())
-        out = []
-        for slot in (0, 1):
-            vals = (ctypes.c_uint64 * ncpu)()
-            if lib.bpf_lookup_elem(self.maps["drops"], ctypes.byref(ctypes.c_int(slot)),
-                                   vals) < 0:
-                raise LoaderError("cannot read the BPF map drops")
-            out.append(sum(vals))
-        return out[0], out[1]
+        return read_drops(self.maps["drops"])
 
     def close(self) -> None:
         for fds in self.events.values():
