@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from . import __version__, pci
+from . import __version__, pci, ringbuf
 from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
 from .child import ended as child_ended
 from .child import start as start_child
 from .errors import EXIT_USAGE, UsageError
 from .loader import LoaderError, Probes
-from .rawfile import NotRawFile, RawWriter, read_raw
+from .rawfile import ACCESS_SIZE, NotRawFile, RawWriter
+from .records import NgRecType, record_sizes
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
-from .ringbuf import payloads
 from .vmalloc import existing_mappings, read_vmallocinfo
 
 PROG = "mmiotrace-ng"
@@ -40,7 +40,12 @@ EXAMPLES = """examples:
   mmiotrace-ng --all -- modprobe e1000           # every PCI device, like the kernel's tracer
   mmiotrace-ng --pci 01:00.0 --compat           # UNKNOWN where the kernel's decoder gives up
   mmiotrace-ng --pci 01:00.0 --raw dump.raw -o dump.txt
-  mmiotrace-ng render --compat dump.raw          # the same trace, as the kernel would show it
+  mmiotrace-ng report --compat dump.raw          # the same trace, as the kernel would show it
+  mmiotrace-ng record --pci 01:00.0@0 -o dump.rec -- modprobe X   # BAR 0 only, binary
+  mmiotrace-ng report dump.rec > dump.txt        # the text of a recording
+  mmiotrace-ng diff before.txt after.rec         # the same MMIO traffic? (exit 0/1)
+  mmiotrace-ng annotate --regs e1000 dump.rec    # register names, callers, folded polls
+  mmiotrace-ng export --chrome dump.json dump.rec  # open in ui.perfetto.dev
   mmiotrace-ng mark "X is up"                    # a MARK line in the running trace
   echo "X is up" > /sys/kernel/tracing/trace_marker   # the same
   mmiotrace-ng status                            # the helper's counters
@@ -92,27 +97,33 @@ def _add_text_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--pid", action="store_true", help="print process ids")
 
 
-def _add_trace_options(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    ap.add_argument("--pci", action="append", default=[], metavar="BDF",
-                    help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable)")
+def _add_selection_options(ap: argparse.ArgumentParser) -> None:
+    """What is traced, and how: tracing and record share these."""
+    ap.add_argument("--pci", action="append", default=[], metavar="BDF[@BARS]",
+                    help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable); "
+                         "@BARS traces only those memory BARs, e.g. 01:00.0@0 or @0,2")
     ap.add_argument("--all", action="store_true",
                     help="trace every PCI device's memory BARs and ROMs, devices a driver "
                          "binds to while tracing included (a rescan, a hot-plug, a driver "
                          "loaded meanwhile), mappings made after the start only, as the "
                          "kernel's tracer does; other ioremaps (not PCI) get MAP/UNMAP "
                          "lines, not their accesses, which the kernel's tracer also shows")
-    ap.add_argument("-o", "--output", metavar="FILE", help="write the trace here, not stdout")
-    _add_text_options(ap)
     ap.add_argument("--buffer-size-kb", type=int, default=16384, metavar="KB",
                     help="ring buffer size (default 16384)")
     ap.add_argument("--no-existing", action="store_true",
                     help="do not trace mappings that exist before the start (--all never does)")
     ap.add_argument("--singlestep", action="store_true",
                     help="single-step every access instead of emulating (slow; for tests)")
-    ap.add_argument("--raw", metavar="FILE",
-                    help="also save the binary records here (see: mmiotrace-ng render)")
     ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
+
+
+def _add_trace_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    _add_selection_options(ap)
+    ap.add_argument("-o", "--output", metavar="FILE", help="write the trace here, not stdout")
+    _add_text_options(ap)
+    ap.add_argument("--raw", metavar="FILE",
+                    help="also record the binary records here (see: mmiotrace-ng report)")
     ap.add_argument("--histogram", action="store_true",
                     help="count accesses per (R/W, width, BAR offset, function) in the kernel "
                          "and print that table at the end (and every -i seconds) instead of "
@@ -171,15 +182,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.cmd = args.cmd[1:]
     elif args.cmd:
         ap.error(f"unexpected argument {args.cmd[0]!r} (put the command after --)")
-    if not args.pci and not args.all:
-        ap.error("nothing to trace: give --pci BDF (or --all)")
-    if args.buffer_size_kb < 4:
-        ap.error("--buffer-size-kb must be at least 4")
+    _check_selection(ap, args)
     if args.interval is not None and (not args.histogram or args.interval <= 0):
         ap.error("-i SECONDS needs --histogram and a positive number")
     if args.histogram and (args.raw or args.compat):
         ap.error("--histogram keeps counts, not records: no --raw or --compat with it")
     return args
+
+
+def _check_selection(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not args.pci and not args.all:
+        ap.error("nothing to trace: give --pci BDF (or --all)")
+    if args.buffer_size_kb < 4:
+        ap.error("--buffer-size-kb must be at least 4")
 
 
 def check_environment() -> None:
@@ -225,17 +240,40 @@ class OutputError(Exception):
         self.exc = exc
 
 
+def recording_meta() -> dict:
+    """What a recording says of where and how it was made (its META)."""
+    u = os.uname()
+    return {"format": 2, "tool": f"{PROG} {__version__}", "kernel": u.release,
+            "machine": u.machine, "host": u.nodename, "started": time.time(),
+            "argv": sys.argv, "record_sizes": record_sizes()}
+
+
+def machine_symbols() -> tuple[str | None, str | None]:
+    """/proc/kallsyms and /proc/modules now (None where unreadable), for a
+    recording's callers: read at the end, so modules loaded while tracing
+    (-- modprobe X) are in."""
+    out: list[str | None] = []
+    for path in ("/proc/kallsyms", "/proc/modules"):
+        try:
+            out.append(Path(path).read_text(ENCODING, ERRORS))
+        except OSError:
+            out.append(None)
+    return out[0], out[1]
+
+
 class Session:
     """One tracing run: helper filters, BPF probes, output."""
 
-    def __init__(self, args: argparse.Namespace, out: BinaryIO) -> None:
+    def __init__(self, args: argparse.Namespace, out: BinaryIO,
+                 raw: RawWriter | None = None) -> None:
         self.args = args
         self.out = out
         self.renderer = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
         self.stop = False
         self.helper = None
         self.probes: Probes | None = None
-        self.raw: RawWriter | None = RawWriter(args.raw) if args.raw else None
+        self.raw = raw
+        self.record = getattr(args, "record", False)     # records only, no text
         self.regions: list = []          # --histogram: histogram.Region of each BAR
         self.syms = None
 
@@ -249,6 +287,15 @@ class Session:
     def flush(self) -> None:
         try:
             self.out.flush()
+        except OSError as exc:
+            raise OutputError(exc) from exc
+
+    @staticmethod
+    def to_raw(write: Callable[..., None], *args: object) -> None:
+        """A write into the recording (--raw, record): its errors stop the run
+        as the text's do."""
+        try:
+            write(*args)
         except OSError as exc:
             raise OutputError(exc) from exc
 
@@ -283,10 +330,11 @@ class Session:
                 raise UsageError(f"the helper is busy: {exc}") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
         header = stream_header(Path("/proc/bus/pci/devices").read_text())
-        if not self.args.histogram:
+        if not self.args.histogram and not self.record:
             self.write(header)
         if self.raw:
-            self.raw.header(header)
+            self.to_raw(self.raw.meta, recording_meta())
+            self.to_raw(self.raw.header, header)
         if not self.args.no_existing and not self.args.all:
             # each gets its MAP record from the helper, or a NOT traced one
             found = existing_mappings(ranges, read_vmallocinfo())
@@ -306,7 +354,7 @@ class Session:
         """Print what the ring buffer holds (at most BATCH records), waiting
         up to timeout_ms for something."""
         assert self.probes is not None
-        if not self._render(self.probes.pending(timeout_ms), BATCH):
+        if not self._render(self.probes.pending(timeout_ms), None if self.record else BATCH):
             time.sleep(0.001)   # the oldest record is still being written
 
     def finish(self) -> None:
@@ -315,9 +363,11 @@ class Session:
         if self.probes is not None:
             self._render(self.probes.pending(0), None)
             total, pending = self.probes.drops()
-            if pending and not self.args.histogram:
+            if pending and not self.args.histogram and not self.record:
                 self.write(lost_line(pending))
             self.renderer.lost = total
+            if self.raw:
+                self.to_raw(self.raw.end, total, pending, *machine_symbols())
             if self.args.histogram:
                 self.write(self.histogram())
             self.flush()
@@ -339,12 +389,22 @@ class Session:
         assert self.probes is not None
         if not view:
             return True
-        text, used = self.renderer.feed_ring(view, limit)
+        if self.record:
+            # the records as they are: counted, and the few that are not
+            # accesses read (for the summary and the NOT traced notes)
+            text = ""
+            used, accesses, others = ringbuf.committed(view, ACCESS_SIZE, limit)
+            self.renderer.counts[NgRecType.NG_REC_ACCESS] += accesses
+            for rec in others:
+                self.renderer.feed(rec)
+            others.clear()
+        else:
+            text, used = self.renderer.feed_ring(view, limit)
         for note in self.renderer.untraced:
             print(note, file=sys.stderr, flush=True)
         self.renderer.untraced.clear()
         if self.raw and used:
-            self.raw.records(payloads(view[:used])[0])
+            self.to_raw(self.raw.ring, view[:used])
         view.release()
         self.probes.consume(used)   # after the copies: the space is reused
         if text and not self.args.histogram:
@@ -363,7 +423,8 @@ class Session:
 
     def close(self) -> None:
         if self.raw is not None:
-            self.raw.close()
+            with contextlib.suppress(OSError):     # said already, by to_raw
+                self.raw.close()
         self.disarm()
         if self.probes is not None:
             self.probes.close()
@@ -378,9 +439,10 @@ def trace(args: argparse.Namespace) -> int:
     from .histogram import Region
 
     regions: list[Region] = []
-    for bdf in args.pci:
+    for spec in args.pci:
         try:
-            for bar in pci.device_bars(bdf):
+            bdf, bars = pci.selected_bars(spec)
+            for bar in bars:
                 regions.append(Region(bdf, f"BAR{bar.index}", bar.start, bar.end))
                 if (bar.start, bar.end + 1) not in ranges:
                     ranges.append((bar.start, bar.end + 1))
@@ -392,11 +454,14 @@ def trace(args: argparse.Namespace) -> int:
     lock = single_instance()
     # the output first: a file that cannot be written stops the run before
     # anything is loaded or armed
+    raw: RawWriter | None = None
     try:
         out: BinaryIO = open(args.output, "wb") if args.output else sys.stdout.buffer
+        if args.raw:
+            raw = RawWriter(args.raw)
     except OSError as exc:
         os.close(lock)
-        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from exc
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from exc
     from .kmodload import ensure_loaded
 
     try:
@@ -405,8 +470,10 @@ def trace(args: argparse.Namespace) -> int:
         os.close(lock)
         if args.output:
             out.close()
+        if raw:
+            raw.close()
         raise
-    session = Session(args, out)
+    session = Session(args, out, raw)
     session.regions = regions
     status = 0
     failed: OSError | None = None
@@ -443,11 +510,15 @@ def trace(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 out.close()
     if failed is not None:
-        return output_failed(failed, args.output)
+        return output_failed(failed, args.raw if session.record else args.output)
     r = session.renderer
     s = r.stats()
+    where = ""
+    if session.record:
+        size = Path(args.raw).stat().st_size
+        where = f" recorded in {args.raw} ({size / 1e6:.1f} MB)"
     print(f"mmiotrace-ng: {sum(r.counts.values())} records (map {s['map']}, unmap "
-          f"{s['unmap']}, access {s['access']}, mark {s['mark']}), lost {r.lost}"
+          f"{s['unmap']}, access {s['access']}, mark {s['mark']}){where}, lost {r.lost}"
           + (f", {s['untraced']} mappings NOT traced" if s["untraced"] else "")
           + (f", {r.bad} corrupt records skipped" if r.bad else ""), file=sys.stderr)
     return status
@@ -498,29 +569,63 @@ def mark(args: argparse.Namespace) -> int:
     return 0
 
 
-def _render_setup(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("file", metavar="FILE", help="a file written by --raw FILE")
+def _record_setup(ap: argparse.ArgumentParser) -> None:
+    _add_selection_options(ap)
+    ap.add_argument("-o", "--output", metavar="FILE", required=True,
+                    help="the recording to write (read it with: mmiotrace-ng report FILE)")
+    _add_command(ap)
+
+
+def record(args: argparse.Namespace) -> int:
+    _check_selection(args.subparser, args)
+    args.raw, args.output = args.output, None
+    args.record = True
+    args.compat = args.pc = args.pid = args.histogram = False
+    args.interval = None
+    return trace(args)
+
+
+def _report_setup(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("file", metavar="FILE", help="a file written by record (or --raw)")
+    ap.add_argument("-o", "--output", metavar="OUT", help="write the text here, not stdout")
     _add_text_options(ap)
 
 
-def render(args: argparse.Namespace) -> int:
+def report(args: argparse.Namespace) -> int:
+    from .rawfile import open_recording
+    from .tracefile import rendered_text
+
     try:
-        header, recs = read_raw(args.file)
+        rec = open_recording(args.file)
     except NotRawFile as exc:
         raise UsageError(str(exc)) from exc
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
     r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
-    text = header + r.feed_batch(recs)
+    try:
+        out = open(args.output, "wb") if args.output else sys.stdout.buffer
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from exc
     try:
         # the bytes the tracer would have written, whatever stdout's encoding
         sys.stdout.flush()
-        sys.stdout.buffer.write(text.encode(ENCODING, ERRORS))
-        sys.stdout.buffer.flush()
+        for text in rendered_text(rec, r):
+            out.write(text.encode(ENCODING, ERRORS))
+        out.flush()
     except OSError as exc:
         if exc.errno == errno.EPIPE:
             return closed_pipe()
-        raise UsageError(f"cannot write standard output: {exc.strerror}") from exc
+        raise UsageError(f"cannot write {args.output or 'standard output'}: "
+                         f"{exc.strerror}") from exc
+    finally:
+        if args.output:
+            with contextlib.suppress(OSError):
+                out.close()
+    if r.bad:
+        print(f"mmiotrace-ng: {r.bad} corrupt records skipped", file=sys.stderr)
+    if rec.format == 2 and rec.end is None:
+        print(f"mmiotrace-ng: {args.file} ends without its END section: the recording was "
+              "cut short (the tracer killed?)", file=sys.stderr)
     return 0
 
 
@@ -572,7 +677,39 @@ def ksym(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _lazy(module: str) -> tuple[Callable[[argparse.ArgumentParser], None],
+                                Callable[[argparse.Namespace], int]]:
+    """setup and run of a subcommand whose module (mmiotrace_ng.MODULE, with
+    setup(ap) and run(args)) is imported only when it is used."""
+    from importlib import import_module
+
+    def setup(ap: argparse.ArgumentParser) -> None:
+        import_module(f"mmiotrace_ng.{module}").setup(ap)
+
+    def run(args: argparse.Namespace) -> int:
+        return import_module(f"mmiotrace_ng.{module}").run(args)
+
+    return setup, run
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
+    Subcommand("diff", "compare two traces as their MMIO traffic",
+               "Compare two traces (text or recorded) the way their users do: timestamps, "
+               "virtual addresses, map ids, instruction addresses and pids ignored, runs of "
+               "one repeated record (polling) folded.  Exit status 0: the same, 1: they "
+               "differ, 2: trouble.", *_lazy("diff")),
+    Subcommand("annotate", "a trace for people: register names, callers",
+               "Print a trace (text or recorded) as a readable listing: register names and "
+               "fields from a register map, callers, time deltas, polling loops folded.",
+               *_lazy("annotate")),
+    Subcommand("export", "a trace as Chrome trace-event JSON (Perfetto)",
+               "Write a trace (text or recorded) in the Chrome trace-event format that "
+               "Perfetto's UI and chrome://tracing open.", *_lazy("export")),
+    Subcommand("plot", "draw registers against time (PNG, matplotlib)",
+               "Draw the accesses of a trace (text or recorded): register against time, "
+               "reads and writes in two colours, MARK lines as labelled verticals.",
+               *_lazy("plot")),
+
     Subcommand("ksym", "watch kernel variables with hardware breakpoints",
                "", _ksym_setup, ksym, takes_command=True),
     Subcommand("install-helper", "install the helper module with DKMS",
@@ -584,10 +721,19 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                "Write TEXT to the kernel's trace_marker: a running mmiotrace-ng prints it "
                "as a MARK line, in order with the accesses around it.",
                _mark_setup, mark),
-    Subcommand("render", "print a --raw file as text",
-               "Print the trace a --raw file holds, as the tracer prints it with the "
-               "same options.",
-               _render_setup, render),
+    Subcommand("record", "trace into a binary file, report it later",
+               "Trace like mmiotrace-ng does, writing the binary records to FILE and no text: "
+               "the drain is a copy, so a sustained rate of accesses is kept whole where text "
+               "would fall behind.  The file keeps the machine's symbols and modules for "
+               "annotate.  Print it with: mmiotrace-ng report FILE.",
+               _record_setup, record, takes_command=True),
+    Subcommand("report", "print a recorded trace as the tracer does",
+               "Print the trace a file from record (or --raw) holds: the same bytes as a "
+               "live run with the same options.",
+               _report_setup, report),
+    Subcommand("render", "the same as report (its older name)",
+               "Print the trace a file from record (or --raw) holds (see report).",
+               _report_setup, report),
     Subcommand("status", "print the helper module's counters",
                "Print the counters of the loaded helper module (mmiotng), one per line.",
                _no_arguments, status),

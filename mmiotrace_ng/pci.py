@@ -159,3 +159,28 @@ def all_memory_ranges(sysfs_root: str | os.PathLike[str] = "/sys") -> list[Bar]:
                     and start and end > start):
                 found.setdefault((start, end), Bar(index, start, end, flags))
     return sorted(found.values(), key=lambda b: b.start)
+
+
+def selected_bars(
+    spec: str, sysfs_root: str | os.PathLike[str] = "/sys"
+) -> tuple[str, list[Bar]]:
+    """The device and the memory BARs a --pci argument names: "BDF" (all its
+    memory BARs) or "BDF@N[,N...]" (BARs N only, 0-5), e.g. a GPU's register
+    BAR without its VRAM aperture."""
+    bdf, at, wanted = spec.partition("@")
+    bars = device_bars(bdf, sysfs_root)
+    if not at:
+        return bdf, bars
+    try:
+        indexes = [int(n, 10) for n in wanted.split(",")]
+    except ValueError:
+        raise BadPciAddress(
+            f"bad BAR list {wanted!r} in {spec!r}: BAR numbers 0-5, e.g. {bdf}@0,2"
+        ) from None
+    by_index = {b.index: b for b in bars}
+    for n in indexes:
+        if n not in by_index:
+            have = ", ".join(str(i) for i in by_index)
+            raise NoMemoryBars(f"PCI device {_address(bdf)} has no memory BAR {n} "
+                               f"(its memory BARs: {have})")
+    return bdf, [by_index[n] for n in sorted(set(indexes))]

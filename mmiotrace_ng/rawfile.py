@@ -1,72 +1,210 @@
-"""The --raw file: a trace's binary records, to be rendered later (mmiotrace-ng render).
+"""Recorded traces: the binary records of a run, rendered later (record, report).
 
-Layout, all integers little-endian:
+Format 2 (what `record` and `--raw` write), all integers little-endian:
 
-    "mmiotrace-ng raw 1\\n"       the magic line (RAW_MAGIC), 19 bytes
-    u32 length, bytes            the stream header: the text before the first
-                                 record (VERSION and PCIDEV lines), UTF-8 with
-                                 surrogateescape (render.ENCODING/ERRORS)
-    u32 length, bytes            one record, as the BPF ring buffer held it
-    ...                          (a struct ng_rec_* of bpf/mmiotrace_ng.h, see
-                                 records.parse), in the order they came
+    "mmiotrace-ng record 2\\n"     the magic line (MAGIC)
+    sections, each: 4-byte tag, u32 length, that many bytes
 
-The records are the ring buffer's payloads only: discarded ones are left
-out, and the ring's own 8-byte headers and padding are not stored.  The
-tracer writes (and flushes) the records a batch at a time as it prints them:
-a run that is killed leaves every batch flushed before, perhaps part of the
-next; a frame cut short at the end comes back shorter than its length says,
-which the renderer counts as a corrupt record.  A file with the magic line and
-no frame (the tracer stopped before its header) has an empty header and no
-records.
+    META  JSON: format, tool version, kernel release, host, start time, the
+          command line, the ring's record layout (record size per type)
+    HEAD  the stream header: the text before the first record (VERSION and
+          PCIDEV lines), UTF-8 with surrogateescape (render.ENCODING/ERRORS)
+    RING  bytes copied from the BPF ring buffer as they were: records with
+          their 8-byte ring headers, 8-byte aligned, discarded ones included
+          (see ringbuf), never a record still being written; a section ends
+          on a record's end
+    END   JSON at the end of a run: lost (events dropped in all), pending
+          (dropped after the last record that said so: the final Lost line)
+    SYMS  /proc/kallsyms at the end of the run, zlib-compressed
+    MODS  /proc/modules at the end of the run
+
+Sections come in this order, RING repeated once per drain.  Readers skip tags
+they do not know.  A run that is killed leaves every section flushed before;
+a section cut short at the end is dropped whole except for RING, whose whole
+records are kept (the renderer counts a torn last one as corrupt).
+
+Format 1 (`--raw` of earlier versions) is still read: the magic line
+"mmiotrace-ng raw 1\\n", then u32-length frames, the first the header text,
+each other one record's payload.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import struct
-from pathlib import Path
-from typing import Final
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO, Final
 
+from . import ringbuf
+from .records import NgRecAccess
 from .render import ENCODING, ERRORS
 
-RAW_MAGIC: Final = b"mmiotrace-ng raw 1\n"
+ACCESS_SIZE: Final = ctypes.sizeof(NgRecAccess)
+
+MAGIC: Final = b"mmiotrace-ng record 2\n"
+RAW1_MAGIC: Final = b"mmiotrace-ng raw 1\n"
+_SECTION: Final = struct.Struct("<4sI")
 _LENGTH: Final = struct.Struct("<I")
+RING_CHUNK: Final = 1 << 22     # a RING section's largest size when reading v1 files
 
 
 class NotRawFile(ValueError):
-    """The file does not start with RAW_MAGIC."""
+    """The file is not a recorded trace."""
 
 
 class RawWriter:
-    """Writes a --raw file: header() once, then records() batch by batch."""
+    """Writes a recorded trace: meta() and header() once, ring() per drain,
+    end() at the end; every call leaves the file flushed."""
 
-    def __init__(self, path: str) -> None:
-        self.fh = open(path, "wb")
-        self.fh.write(RAW_MAGIC)
+    def __init__(self, path: str | int) -> None:
+        self.fh: BinaryIO = open(path, "wb")  # noqa: SIM115 (closed by close())
+        self.fh.write(MAGIC)
+
+    def _section(self, tag: bytes, data: bytes | memoryview) -> None:
+        self.fh.write(_SECTION.pack(tag, len(data)))
+        self.fh.write(data)
+
+    def meta(self, info: dict) -> None:
+        self._section(b"META", json.dumps(info, sort_keys=True).encode())
 
     def header(self, text: str) -> None:
-        data = text.encode(ENCODING, ERRORS)
-        self.fh.write(_LENGTH.pack(len(data)) + data)
+        self._section(b"HEAD", text.encode(ENCODING, ERRORS))
+        self.fh.flush()
+
+    def ring(self, view: memoryview) -> None:
+        """Ring-buffer bytes: whole records, committed or discarded."""
+        if view:
+            self._section(b"RING", view)
+            self.fh.flush()
 
     def records(self, recs: list[bytes]) -> None:
-        self.fh.write(b"".join(_LENGTH.pack(len(r)) + r for r in recs))
+        """Record payloads (as records.parse takes them)."""
+        self.ring(memoryview(ringbuf.pack(recs)))
+
+    def end(self, lost: int, pending: int, kallsyms: str | None,
+            modules: str | None) -> None:
+        self._section(b"END ", json.dumps({"lost": lost, "pending": pending}).encode())
+        if kallsyms is not None:
+            self._section(b"SYMS", zlib.compress(kallsyms.encode(ENCODING, ERRORS), 1))
+        if modules is not None:
+            self._section(b"MODS", modules.encode(ENCODING, ERRORS))
         self.fh.flush()
 
     def close(self) -> None:
         self.fh.close()
 
 
+@dataclass
+class Recording:
+    """What a recorded file holds, except its RING sections (read those with
+    ring_chunks, which streams them)."""
+
+    path: str
+    format: int
+    meta: dict = field(default_factory=dict)
+    header: str = ""
+    end: dict | None = None            # None: the run did not end (killed)
+    kallsyms: str | None = None
+    modules: str | None = None
+    _rings: list[tuple[int, int]] = field(default_factory=list)   # (offset, length)
+
+    def ring_chunks(self) -> Iterator[memoryview]:
+        """The RING sections' bytes in order, one section at a time."""
+        if self.format == 1:
+            yield from _v1_rings(self.path)
+            return
+        with open(self.path, "rb") as fh:
+            for off, n in self._rings:
+                fh.seek(off)
+                data = fh.read(n)
+                yield memoryview(data[: _whole_records(memoryview(data))])
+
+    @property
+    def pending_lost(self) -> int:
+        return int(self.end["pending"]) if self.end else 0
+
+
+def _whole_records(view: memoryview) -> int:
+    """Bytes of the whole records at the start of view (a section cut short
+    by a kill may end inside one)."""
+    return ringbuf.committed(view, ACCESS_SIZE)[0]
+
+
+def _read_exact(fh: BinaryIO, n: int) -> bytes | None:
+    data = fh.read(n)
+    return data if len(data) == n else None
+
+
+def open_recording(path: str) -> Recording:
+    """The sections of a recorded file (RING ones by position only)."""
+    with open(path, "rb") as fh:
+        magic = fh.read(len(MAGIC))
+        if magic.startswith(RAW1_MAGIC):
+            return _open_v1(path)
+        if magic != MAGIC:
+            raise NotRawFile(f"{path} is not a trace recorded by mmiotrace-ng")
+        rec = Recording(path, 2)
+        while (head := _read_exact(fh, _SECTION.size)) is not None:
+            tag, n = _SECTION.unpack(head)
+            if tag == b"RING":
+                rec._rings.append((fh.tell(), n))
+                fh.seek(n, 1)
+                continue
+            data = _read_exact(fh, n)
+            if data is None:
+                break
+            if tag == b"META":
+                rec.meta = json.loads(data)
+            elif tag == b"HEAD":
+                rec.header = data.decode(ENCODING, ERRORS)
+            elif tag == b"END ":
+                rec.end = json.loads(data)
+            elif tag == b"SYMS":
+                rec.kallsyms = zlib.decompress(data).decode(ENCODING, ERRORS)
+            elif tag == b"MODS":
+                rec.modules = data.decode(ENCODING, ERRORS)
+    return rec
+
+
+def _v1_frames(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        fh.seek(len(RAW1_MAGIC))
+        while (head := _read_exact(fh, _LENGTH.size)) is not None:
+            (n,) = _LENGTH.unpack(head)
+            yield fh.read(n)
+
+
+def _open_v1(path: str) -> Recording:
+    rec = Recording(path, 1)
+    for data in _v1_frames(path):
+        rec.header = data.decode(ENCODING, ERRORS)
+        break
+    return rec
+
+
+def _v1_rings(path: str) -> Iterator[memoryview]:
+    frames = _v1_frames(path)
+    next(frames, None)      # the header
+    batch: list[bytes] = []
+    size = 0
+    for data in frames:
+        batch.append(data)
+        size += len(data) + ringbuf.HEADER
+        if size >= RING_CHUNK:
+            yield memoryview(ringbuf.pack(batch))
+            batch, size = [], 0
+    if batch:
+        yield memoryview(ringbuf.pack(batch))
+
+
 def read_raw(path: str) -> tuple[str, list[bytes]]:
-    """The header text and the records of a --raw file."""
-    data = Path(path).read_bytes()
-    if not data.startswith(RAW_MAGIC):
-        raise NotRawFile(f"{path} is not an mmiotrace-ng --raw file")
-    pos = len(RAW_MAGIC)
-    out = []
-    while pos + _LENGTH.size <= len(data):
-        (n,) = _LENGTH.unpack_from(data, pos)
-        pos += _LENGTH.size
-        out.append(data[pos:pos + n])
-        pos += n
-    if not out:
-        return "", []
-    return out[0].decode(ENCODING, ERRORS), out[1:]
+    """The header text and every record payload of a recorded file (all in
+    memory: for tests and small files)."""
+    rec = open_recording(path)
+    out: list[bytes] = []
+    for chunk in rec.ring_chunks():
+        out += ringbuf.payloads(chunk)[0]
+    return rec.header, out

@@ -310,3 +310,9 @@ def parse(buf: bytes | bytearray | memoryview) -> Record:
 def mark_text(rec: NgRecMark) -> bytes:
     """The `len` bytes of text a mark record carries (NULs included)."""
     return bytes(rec)[MARK_TEXT_OFFSET : MARK_TEXT_OFFSET + rec.len]
+
+
+def record_sizes() -> dict[str, int]:
+    """Each record type's size as this version lays it out (a recording's
+    META keeps it, for readers to check they read the same layout)."""
+    return {t.name: ctypes.sizeof(cls) for t, cls in RECORD_CLASSES.items()}

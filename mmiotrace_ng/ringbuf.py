@@ -88,6 +88,38 @@ def payloads(view: memoryview, limit: int | None = None) -> tuple[list[bytes], i
     return out, pos
 
 
+def committed(view: memoryview, run_length: int,
+              limit: int | None = None) -> tuple[int, int, list[memoryview]]:
+    """The whole records at the start of view, for copying them as they are:
+    (bytes they take, how many are run_length bytes long, the data of the
+    others; discarded ones count as neither).  It stops before a record still
+    being written, one that runs past the end of view (a torn copy), or when
+    about limit records are counted.  Runs of run_length records are counted
+    with run_of's strided loads, not one by one."""
+    pos = runs = 0
+    others: list[memoryview] = []
+    end = len(view)
+    left = limit if limit is not None else end
+    words = view[: end & ~3].cast("I")
+    step = stride(run_length)
+    while pos + HEADER <= end and left > 0:
+        n = run_of(view[pos : end & ~7], run_length, min(left, (end - pos) // step))
+        if n:
+            pos += n * step
+            runs += n
+            left -= n
+            continue
+        length = words[pos >> 2]
+        nxt = pos + stride(length & ~DISCARD)
+        if length & BUSY or nxt > end:
+            break
+        if not length & DISCARD:
+            others.append(view[pos + HEADER : pos + HEADER + length])
+        pos = nxt
+        left -= 1
+    return pos, runs, others
+
+
 class _Framing(dict):
     """length -> (header, padding) of a committed record in the ring."""
 

@@ -92,10 +92,16 @@ def test_existing_mappings_with_hidden_addresses() -> None:
 # --- the command line: tracing by default, subcommands by their word ---------
 
 SUBCOMMAND_LINES = {
+    "diff": "compare two traces as their MMIO traffic",
+    "annotate": "a trace for people: register names, callers",
+    "export": "a trace as Chrome trace-event JSON (Perfetto)",
+    "plot": "draw registers against time (PNG, matplotlib)",
     "ksym": "watch kernel variables with hardware breakpoints",
     "install-helper": "install the helper module with DKMS",
     "mark": "write TEXT into the running trace as a MARK line",
-    "render": "print a --raw file as text",
+    "record": "trace into a binary file, report it later",
+    "report": "print a recorded trace as the tracer does",
+    "render": "the same as report (its older name)",
     "status": "print the helper module's counters",
 }
 
@@ -127,8 +133,10 @@ def test_help_lists_the_subcommands(argv, capsys):
 
 @pytest.mark.parametrize("name,words", [
     ("mark", ["usage: mmiotrace-ng mark [-h] [--] TEXT...", "trace_marker", "joined by spaces"]),
-    ("render", ["usage: mmiotrace-ng render [-h] [--compat] [--pc] [--pid] FILE",
-                "--compat", "--pid", "--raw FILE"]),
+    ("render", ["usage: mmiotrace-ng render [-h] [-o OUT] [--compat] [--pc] [--pid] FILE",
+                "--compat", "--pid", "record (or --raw)"]),
+    ("record", ["usage: mmiotrace-ng record [-h] [--pci BDF[@BARS]] [--all]",
+                "-o FILE, --output FILE", "the drain is a copy"]),
     ("status", ["usage: mmiotrace-ng status [-h]", "counters"]),
 ])
 def test_each_subcommand_has_its_help(name, words, capsys):
@@ -136,7 +144,7 @@ def test_each_subcommand_has_its_help(name, words, capsys):
     assert (status, err) == (0, "")
     assert out.startswith(words[0] + "\n")
     assert all(w in out for w in words[1:])
-    assert "--buffer-size-kb" not in out    # not the trace's help
+    assert "--histogram" not in out    # not the trace's help
 
 
 def test_the_trace_parses_the_same_options():
@@ -171,10 +179,10 @@ def test_histogram_option_errors(argv, message, capsys):
 
 
 TRACE_USAGE = """\
-usage: mmiotrace-ng [-h] [--version] [--pci BDF] [--all] [-o FILE] [--compat]
-                    [--pc] [--pid] [--buffer-size-kb KB] [--no-existing]
-                    [--singlestep] [--raw FILE] [--helper KO] [--histogram]
-                    [-i SECONDS]
+usage: mmiotrace-ng [-h] [--version] [--pci BDF[@BARS]] [--all]
+                    [--buffer-size-kb KB] [--no-existing] [--singlestep]
+                    [--helper KO] [-o FILE] [--compat] [--pc] [--pid]
+                    [--raw FILE] [--histogram] [-i SECONDS]
                     ...
 """
 
@@ -225,6 +233,7 @@ def write_raw(path, recs) -> None:
     w = rawfile.RawWriter(str(path))
     w.header("VERSION 20070824\n")
     w.records(recs)
+    w.end(0, 0, None, None)
     w.close()
 
 
@@ -253,7 +262,7 @@ def test_render_of_another_file_exits_2(tmp_path, capsys):
     path = tmp_path / "t.txt"
     path.write_text("VERSION 20070824\n")
     status, _, err = run_main(["render", str(path)], capsys)
-    assert status == 2 and err == f"mmiotrace-ng: {path} is not an mmiotrace-ng --raw file\n"
+    assert status == 2 and err == f"mmiotrace-ng: {path} is not a trace recorded by mmiotrace-ng\n"
 
 
 def test_subcommands_are_subparsers():

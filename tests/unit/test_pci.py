@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from mmiotrace_ng.pci import (
     PciError,
     device_bars,
     parse_address,
+    selected_bars,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,3 +170,26 @@ def test_malformed_resource_file(sysfs: Path) -> None:
 def test_bad_address_before_io(tmp_path: Path) -> None:
     with pytest.raises(BadPciAddress):
         device_bars("nonsense", sysfs_root=tmp_path)
+
+
+@pytest.mark.parametrize(("spec", "indexes"), [
+    ("00:01.0", [1, 4]), ("00:01.0@4", [4]), ("00:01.0@1", [1]), ("00:01.0@4,1,4", [1, 4]),
+])
+def test_selected_bars(sysfs: Path, spec: str, indexes: list[int]) -> None:
+    bdf, bars = selected_bars(spec, sysfs_root=sysfs)
+    assert bdf == "00:01.0" and [b.index for b in bars] == indexes
+
+
+@pytest.mark.parametrize(("spec", "exc", "message"), [
+    ("00:01.0@0", NoMemoryBars,
+     "PCI device 0000:00:01.0 has no memory BAR 0 (its memory BARs: 1, 4)"),
+    ("00:01.0@6", NoMemoryBars,
+     "PCI device 0000:00:01.0 has no memory BAR 6 (its memory BARs: 1, 4)"),
+    ("00:01.0@", BadPciAddress, "bad BAR list '' in '00:01.0@': BAR numbers 0-5"),
+    ("00:01.0@a", BadPciAddress, "bad BAR list 'a' in '00:01.0@a'"),
+    ("00:01.0@1@4", BadPciAddress, "bad BAR list '1@4'"),
+    ("00:33.0@1", BadPciAddress, "bad PCI address '00:33.0'"),
+])
+def test_selected_bars_rejects(sysfs: Path, spec: str, exc: type, message: str) -> None:
+    with pytest.raises(exc, match="^" + re.escape(message)):
+        selected_bars(spec, sysfs_root=sysfs)

@@ -1,0 +1,159 @@
+"""record and report in the guest: a recording prints as the truth of each
+scenario, keeps the traced machine's symbols, selects BARs, survives a
+SIGKILL without leaving anything armed, and keeps a sustained loop whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from held import assert_left_whole, ensure_helper, held_pages, hold
+from kernel_tracer import to_records
+from ng_tracer import ARTIFACTS, NG, helper_status, sections
+from test_ng_trace import COMPARED, count_for, decoded
+
+from mmiotrace_ng.rawfile import open_recording
+
+RUN = Path("/sys/kernel/debug/edu_exerciser/run")
+MARKER = "/sys/kernel/tracing/trace_marker"
+VIRTIO_SERIAL = ("0x1af4", "0x1003")     # QEMU's virtio-serial-pci: memory BARs 1 and 4
+
+
+def record(args: list[str], name: str, cmd: list[str],
+           timeout: float = 600) -> tuple[Path, subprocess.CompletedProcess]:
+    path = ARTIFACTS / f"{name}.rec"
+    ARTIFACTS.mkdir(exist_ok=True)
+    res = subprocess.run([*NG, "record", *args, "-o", str(path), "--", *cmd],
+                         capture_output=True, text=True, timeout=timeout)
+    (ARTIFACTS / f"{name}.err").write_text(res.stderr)
+    return path, res
+
+
+def report(path: Path, *opts: str) -> str:
+    res = subprocess.run([*NG, "report", *opts, str(path)], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    return res.stdout
+
+
+def test_recorded_scenarios_are_the_truth(exerciser):
+    """Every scenario, each between two markers, recorded while a shell runs
+    them: report prints each as its documented sequence; the file says which
+    kernel it was made on and resolves the exerciser's functions."""
+    script = []
+    for i, name in enumerate(COMPARED, 1):
+        count = count_for(name)
+        line = name if count is None else f"{name} {count}"
+        script += [f"echo ng-section-begin-{i} > {MARKER}", f"echo '{line}' > {RUN}",
+                   f"echo ng-section-end-{i} > {MARKER}"]
+    path, res = record(["--pci", exerciser.dev.name], "ng-record",
+                       ["sh", "-c", "; ".join(script)])
+    assert res.returncode == 0, res.stderr
+    summary = res.stderr.strip().splitlines()[-1]
+    assert f"recorded in {path}" in summary and "lost 0" in summary, summary
+    got = sections(report(path))
+    for i, name in enumerate(COMPARED, 1):
+        assert to_records(got[i], exerciser.bar0[0]) == decoded(name, count_for(name)), name
+    rec = open_recording(str(path))
+    assert rec.meta["kernel"] == os.uname().release and rec.end == {"lost": 0, "pending": 0}
+    assert "edu_exerciser" in rec.modules
+    assert any(ln.split()[2:4] == ["sc_readl", "[edu_exerciser]"]
+               for ln in rec.kallsyms.splitlines() if ln.endswith("[edu_exerciser]"))
+
+
+def test_a_sustained_loop_is_kept_whole(exerciser):
+    """200000 reads in a row on one CPU, as fast as the trap lets them come:
+    the recording has each of them, in order, and no loss."""
+    n = 200_000
+    path, res = record(["--pci", exerciser.dev.name], "ng-record-loop",
+                       ["taskset", "-c", "0", "sh", "-c", f"echo 'rloop {n}' > {RUN}"])
+    assert res.returncode == 0, res.stderr
+    recs = to_records(report(path), exerciser.bar0[0])
+    assert recs.count(("R", 4, 0x00, 0x010000ED)) == n
+    assert not [r for r in recs if r[0] == "LOST"]
+
+
+def test_sigkill_leaves_a_readable_file_and_nothing_armed(held):
+    """A recording killed in a loop: nothing stays armed, and report prints
+    the whole records written before the kill (the file says it is cut short)."""
+    exerciser = held
+    hold("map")
+    path = ARTIFACTS / "ng-record-kill.rec"
+    proc = subprocess.Popen([*NG, "record", "--pci", exerciser.dev.name, "-o", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while held_pages()[2] and time.monotonic() < deadline:     # armed once ready
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    loop = subprocess.Popen(["sh", "-c", f"echo 'rloop 50000' > {RUN}"])
+    time.sleep(2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(60)
+    loop.wait(300)
+    assert_left_whole(exerciser)
+    res = subprocess.run([*NG, "report", str(path)], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0 and "cut short" in res.stderr, res.stderr
+    recs = to_records(res.stdout, exerciser.bar0[0])
+    reads = [r for r in recs if r[0] == "R"]
+    assert reads and set(reads) == {("R", 4, 0x00, 0x010000ED)}
+    assert [r for r in recs if r[0] not in ("R", "MAP")] == []
+
+
+def virtio_serial() -> str:
+    for dev in sorted(Path("/sys/bus/pci/devices").iterdir()):
+        if ((dev / "vendor").read_text().strip(), (dev / "device").read_text().strip()) \
+                == VIRTIO_SERIAL:
+            return dev.name
+    raise AssertionError("no virtio-serial-pci device in this guest")
+
+
+def bar_range(bdf: str, index: int) -> tuple[int, int]:
+    line = (Path("/sys/bus/pci/devices") / bdf / "resource").read_text().splitlines()[index]
+    start, end, _ = (int(f, 16) for f in line.split())
+    return start, end
+
+
+def test_bar_selection_traces_only_those_bars():
+    """The virtio-serial device carrying this test's output has two memory
+    BARs, both mapped by its driver: @1 shows only BAR 1's mapping, @4 only
+    BAR 4's (and its notify writes), the whole device both."""
+    bdf = virtio_serial()
+    maps: dict[str, set[int]] = {}
+    for sel in ("@1", "@4", ""):
+        path, res = record(["--pci", bdf + sel], f"ng-record-bar{sel[1:] or 's'}",
+                           ["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.2; done"])
+        assert res.returncode == 0, res.stderr
+        text = report(path)
+        bars = set()
+        for line in text.splitlines():
+            if line.startswith(("MAP ", "R ", "W ")):
+                phys = int(line.split()[3 if line[0] == "M" else 4], 16)
+                (hit,) = [i for i in (1, 4) if bar_range(bdf, i)[0] <= phys
+                          <= bar_range(bdf, i)[1]]
+                bars.add(hit)
+        maps[sel] = bars
+    assert maps == {"@1": {1}, "@4": {4}, "": {1, 4}}, maps
+
+
+def test_bad_selections_exit_2_and_arm_nothing(exerciser):
+    dev = exerciser.dev.name
+    cases = [
+        (["--pci", f"{dev}@3"], f"mmiotrace-ng: PCI device 0000:{dev.split(':', 1)[-1]} "
+                                "has no memory BAR 3 (its memory BARs: 0)"),
+        (["--pci", f"{dev}@x"], f"mmiotrace-ng: bad BAR list 'x' in '{dev}@x'"),
+    ]
+    for args, want in cases:
+        path, res = record(args, "ng-record-bad", ["true"], timeout=300)
+        assert res.returncode == 2 and res.stderr.startswith(want), res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = subprocess.run([*NG, "record", "--pci", dev, "--", "true"], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 2 and "-o/--output" in res.stderr, res.stderr
+    ensure_helper()
+    st = helper_status()
+    assert st["armed_pages"] == 0 and st["filters"] == 0, st
