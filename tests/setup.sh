@@ -51,7 +51,7 @@ if [ ! -x "$repo/.venv/bin/python" ]; then
     log "creating $repo/.venv (sees Debian's bcc)"
     /usr/bin/python3 -m venv --system-site-packages "$repo/.venv"
 fi
-if ! "$repo/.venv/bin/python" -c 'import pyroute2, pytest, capstone' 2>/dev/null; then
+if ! "$repo/.venv/bin/python" -c 'import pyroute2, pytest, capstone, matplotlib' 2>/dev/null; then
     log "installing Python packages"
     "$repo/.venv/bin/pip" install -q -e "$repo[test]"
 fi

@@ -1,0 +1,301 @@
+"""`mmiotrace-ng export --chrome OUT.json FILE`: a trace as Chrome
+trace-event JSON, which Perfetto's UI (ui.perfetto.dev) and chrome://tracing
+open.
+
+The object form of the Trace Event Format is written:
+{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}, with
+times in microseconds.  What goes where:
+
+- process 1 ("mmiotrace-ng") holds everything; in a recorded file each CPU
+  is a thread (tid = the CPU, named "CPU n"); a text trace has no CPU
+  column, so its accesses share one thread ("MMIO", tid 0);
+- each R, W and UNKNOWN is a complete event ("X") on its CPU's thread,
+  named "R 4 +0x0008" (op, width, offset in its mapping), or "R NAME" where
+  a register map (--regs; default: the shipped ones) names the register;
+  its value, address, width and caller in args.  An access lasts until just
+  before the next one on its CPU, at most ACCESS_NS: the events
+  of a thread never overlap, as complete events must not partially;
+- a MAP .. UNMAP is a nestable async span ("b"/"e", cat "map", id the map
+  id): mappings overlap freely, which B/E pairs (a per-thread stack) cannot;
+  one never unmapped ends at the trace's last time;
+- a MARK line (Lost markers too) is a global instant ("i", "s": "g").
+
+The events are written as they are read (a trace of any length in constant
+memory); the counts go into otherData at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import io
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import IO, Final
+
+from . import __version__
+from .accesses import (
+    NO_CPU,
+    Event,
+    Namer,
+    events,
+    feed_pcidev,
+    note_unapplied,
+    open_trace,
+    register_namer,
+    valid_text,
+)
+from .errors import UsageError
+from .render import ENCODING
+from .tracefile import Trace
+
+PID: Final = 1
+TEXT_TID: Final = 0             # the one thread of a text trace
+ACCESS_NS: Final = 1000         # an access's duration if the next is later
+MAX_PCIDEV: Final = 1024        # header lines kept for otherData
+CACHE: Final = 1 << 16          # JSON pieces kept (registers, callers)
+_COUNT_KEYS: Final = {"R": "reads", "W": "writes", "UNKNOWN": "unknowns", "MAP": "maps",
+                      "UNMAP": "unmaps", "MARK": "marks"}
+_DUMPS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def setup(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("file", metavar="FILE", help="a trace: text (20070824) or recorded")
+    ap.add_argument("--chrome", metavar="OUT.json", required=True,
+                    help="write Chrome trace-event JSON here (- for standard output)")
+    ap.add_argument("--regs", action="append", default=[], metavar="MAP",
+                    help="register map: a .regs file or the name of a shipped one (e1000, "
+                         "edu); repeatable; default: every shipped map, each where its "
+                         "device is in the trace")
+
+
+def run(args: argparse.Namespace) -> int:
+    trace = open_trace(args.file)
+    namer = register_namer(args.regs)
+    status = _write(args, trace, namer)
+    note_unapplied(namer, args.regs, "export")
+    return status
+
+
+def _write(args: argparse.Namespace, trace: Trace, namer: Namer | None) -> int:
+    if args.chrome == "-":
+        try:
+            sys.stdout.flush()
+            fh = io.TextIOWrapper(sys.stdout.buffer, encoding=ENCODING, errors="replace")
+            try:
+                write_chrome(trace, fh, namer)
+                fh.flush()
+            finally:
+                fh.detach()     # sys.stdout's buffer stays open
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                from .cli import closed_pipe
+
+                return closed_pipe()
+            raise UsageError(f"cannot write standard output: {exc.strerror}") from exc
+        return 0
+    try:
+        fh = open(args.chrome, "w", encoding=ENCODING, errors="replace")  # noqa: SIM115
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.chrome}: {exc.strerror}") from exc
+    try:
+        with fh:
+            write_chrome(trace, fh, namer)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(args.chrome)      # no half-written JSON left behind
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {args.chrome}: {exc.strerror}") from exc
+        raise
+    return 0
+
+
+def _us(ns: int) -> float | int:
+    """Nanoseconds as the format's microseconds (an int when whole)."""
+    return ns // 1000 if ns % 1000 == 0 else ns / 1000
+
+
+class ChromeWriter:
+    """Turns events into trace events on fh, one JSON object a line."""
+
+    def __init__(self, fh: IO[str], namer: Namer | None = None) -> None:
+        self.fh = fh
+        self.namer = namer
+        self.first = True
+        self.threads: set[int] = set()
+        self.pending: dict[int, tuple[int, str]] = {}     # tid -> (ts_ns, X event's JSON)
+        self.heads: dict[tuple, str] = {}                  # see access()
+        self.callers: dict[int, str] = {}
+        self.latest: dict[int, int] = {}                   # tid -> latest ts_ns seen
+        self.maps: dict[int, tuple[str, int]] = {}         # map id -> (name, tid): open
+        self.bases: dict[int, int] = {}                    # map id -> its phys
+        self.last_ns = 0
+        self.counts = dict.fromkeys(("R", "W", "UNKNOWN", "MAP", "UNMAP", "MARK"), 0)
+        self.symbols: Callable[[int], str] | None = None
+
+    def emit(self, ev: dict) -> None:
+        self.fh.write(("\n" if self.first else ",\n") + _DUMPS(ev))
+        self.first = False
+
+    def begin(self, other: dict[str, str]) -> None:
+        self.fh.write('{"displayTimeUnit":"ns","traceEvents":[')
+        self.emit({"name": "process_name", "ph": "M", "pid": PID, "tid": 0,
+                   "args": {"name": "mmiotrace-ng"}})
+        self.other = other
+
+    def thread(self, tid: int, name: str) -> None:
+        if tid not in self.threads:
+            self.threads.add(tid)
+            self.emit({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
+                       "args": {"name": name}})
+            self.emit({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
+                       "args": {"sort_index": tid}})
+
+    def feed(self, ev: Event) -> None:
+        kind = ev.kind
+        if kind == "PCIDEV":
+            feed_pcidev(self.namer, ev.text)
+            self.heads.clear()
+            return
+        ts = ev.ts_ns
+        self.last_ns = max(self.last_ns, ts)
+        self.counts[kind] += 1
+        tid = TEXT_TID if ev.cpu == NO_CPU else ev.cpu
+        if kind in ("R", "W", "UNKNOWN"):
+            self.access(ev, tid)
+        elif kind == "MARK":
+            self.emit({"name": valid_text(ev.text) or "MARK", "ph": "i", "s": "g", "ts": _us(ts),
+                       "pid": PID, "tid": tid, "cat": "mark"})
+        elif kind == "MAP":
+            self.map(ev, tid)
+        elif kind == "UNMAP":
+            self.unmap(ev, tid)
+
+    def caller(self, pc: int) -> str:
+        return self.symbols(pc) if self.symbols is not None else f"0x{pc:x}"
+
+    def access(self, ev: Event, tid: int) -> None:
+        # The JSON text of an event is made by hand from pieces that are
+        # cached: a register's part (name, address) and a caller's.
+        key = (ev.kind, ev.width, ev.map_id, ev.phys, tid)
+        head = self.heads.get(key)
+        if head is None:
+            if len(self.heads) >= CACHE:
+                self.heads.clear()
+            head = self.heads[key] = self.head(ev, tid)
+        if ev.kind == "UNKNOWN":
+            tail = ',"insn":' + _DUMPS(ev.text)
+        else:
+            tail = f',"value":"0x{ev.value:x}"'
+        if ev.pc:
+            caller = self.callers.get(ev.pc)
+            if caller is None:
+                if len(self.callers) >= CACHE:
+                    self.callers.clear()
+                caller = self.callers[ev.pc] = ',"caller":' + _DUMPS(self.caller(ev.pc))
+            tail += caller
+        if ev.pid:
+            tail += f',"pid":{ev.pid}'
+        body = head + tail + '},"ts":'
+        # An access lasts until 1 ns before the next on its thread (a margin
+        # for the rounding of times in microseconds), at most ACCESS_NS; one
+        # out of time order lasts 0: the thread's events of non-zero length
+        # then never overlap one another.
+        ts = ev.ts_ns
+        latest = self.latest.get(tid)
+        held = self.pending.pop(tid, None)
+        if held is not None:
+            self.complete(held, max(0, min(ACCESS_NS, ts - held[0] - 1)))
+        if latest is not None and ts < latest:
+            self.complete((ts, body), 0)
+        else:
+            self.latest[tid] = ts
+            self.pending[tid] = (ts, body)
+
+    def complete(self, held: tuple[int, str], dur_ns: int) -> None:
+        ts, body = held
+        self.fh.write(("\n" if self.first else ",\n") + f'{body}{_us(ts)},"dur":{_us(dur_ns)}}}')
+        self.first = False
+
+    def head(self, ev: Event, tid: int) -> str:
+        """The JSON of an access event up to its value: name, track, address."""
+        self.thread(tid, "MMIO" if ev.cpu == NO_CPU else f"CPU {ev.cpu}")
+        name = self.namer(ev.phys) if self.namer is not None else None
+        base = self.bases.get(ev.map_id)
+        where = f"+0x{ev.phys - base:04x}" if base is not None and ev.phys >= base \
+            else f"0x{ev.phys:x}"
+        if ev.kind == "UNKNOWN":
+            label = f"UNKNOWN {name or where}"
+        else:
+            label = f"{ev.kind} {name}" if name else f"{ev.kind} {ev.width} {where}"
+        args: dict[str, object] = {"phys": f"0x{ev.phys:x}", "map": ev.map_id,
+                                   "offset": where}
+        if ev.kind != "UNKNOWN":
+            args["width"] = ev.width
+        if name:
+            args["register"] = name
+        head = {"name": label, "ph": "X", "pid": PID, "tid": tid, "cat": "mmio", "args": args}
+        return _DUMPS(head)[:-2]         # without the closing }} of args and event
+
+    def map(self, ev: Event, tid: int) -> None:
+        if ev.map_id in self.maps:      # never unmapped, and its id again: end it here
+            self.unmap(ev._replace(kind="UNMAP"), tid)
+        name = f"map {ev.map_id}: 0x{ev.phys:x} +0x{ev.length:x}"
+        self.bases[ev.map_id] = ev.phys
+        self.heads.clear()      # they hold offsets in the mappings
+        self.maps[ev.map_id] = (name, tid)
+        args: dict[str, object] = {"phys": f"0x{ev.phys:x}", "virt": f"0x{ev.value:x}",
+                                   "len": f"0x{ev.length:x}"}
+        if ev.pc:
+            args["caller"] = self.caller(ev.pc)
+        self.emit({"name": name, "ph": "b", "cat": "map", "id": ev.map_id, "ts": _us(ev.ts_ns),
+                   "pid": PID, "tid": tid, "args": args})
+
+    def unmap(self, ev: Event, tid: int) -> None:
+        opened = self.maps.pop(ev.map_id, None)
+        if opened is None:          # a mapping this trace did not see made
+            self.emit({"name": f"UNMAP {ev.map_id}", "ph": "i", "s": "t", "ts": _us(ev.ts_ns),
+                       "pid": PID, "tid": tid, "cat": "map"})
+            return
+        name, btid = opened
+        self.emit({"name": name, "ph": "e", "cat": "map", "id": ev.map_id,
+                   "ts": _us(ev.ts_ns), "pid": PID, "tid": btid})
+
+    def end(self) -> None:
+        for tid in list(self.pending):
+            self.complete(self.pending.pop(tid), ACCESS_NS)
+        for map_id, (name, tid) in list(self.maps.items()):
+            self.emit({"name": name, "ph": "e", "cat": "map", "id": map_id,
+                       "ts": _us(self.last_ns), "pid": PID, "tid": tid,
+                       "args": {"unmapped": "no (still mapped at the end of the trace)"}})
+        self.maps.clear()
+        other = dict(self.other)
+        other.update({_COUNT_KEYS[k]: str(n) for k, n in self.counts.items()})
+        self.fh.write('\n],"otherData":' + _DUMPS(other) + "}\n")
+
+
+def write_chrome(trace: Trace, fh: IO[str], namer: Namer | None = None) -> dict[str, int]:
+    """Write the trace's events to fh as Chrome trace-event JSON; the counts
+    of what was written (R, W, UNKNOWN, MAP, UNMAP, MARK)."""
+    w = ChromeWriter(fh, namer)
+    syms = trace.symbols()
+    if syms is not None:
+        w.symbols = syms.function
+    other = {"source": valid_text(trace.path), "exporter": f"mmiotrace-ng {__version__}",
+             "format": "mmiotrace-ng recording" if trace.recorded else "mmiotrace 20070824"}
+    if trace.recording is not None:
+        other.update({f"meta.{k}": v if isinstance(v, str) else json.dumps(v)
+                      for k, v in trace.recording.meta.items()})
+    w.begin(other)
+    pcidev: list[str] = []
+    for ev in events(trace):
+        if ev.kind == "PCIDEV" and len(pcidev) < MAX_PCIDEV:
+            pcidev.append(valid_text(ev.text))
+        w.feed(ev)
+    if pcidev:
+        w.other["pcidev"] = "\n".join(pcidev)
+    w.end()
+    return dict(w.counts)
