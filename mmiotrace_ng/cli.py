@@ -30,6 +30,8 @@ PROG = "mmiotrace-ng"
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
 BATCH = 16384   # records printed per pump at most: Ctrl-C is seen between
+RECORD_BATCH = 16384    # records copied per pump at most: their space is
+                        # handed back a megabyte at a time, not all at once
 DESCRIPTION = """\
 Trace every MMIO access of PCI devices (ioremap, reads, writes, iounmap) with
 all CPUs online, printing the kernel mmiotrace format 20070824."""
@@ -354,7 +356,8 @@ class Session:
         """Print what the ring buffer holds (at most BATCH records), waiting
         up to timeout_ms for something."""
         assert self.probes is not None
-        if not self._render(self.probes.pending(timeout_ms), None if self.record else BATCH):
+        if not self._render(self.probes.pending(timeout_ms),
+                            RECORD_BATCH if self.record else BATCH):
             time.sleep(0.001)   # the oldest record is still being written
 
     def finish(self) -> None:
