@@ -89,7 +89,8 @@ def test_sigkill_leaves_a_readable_file_and_nothing_armed(held):
     while held_pages()[2] and time.monotonic() < deadline:     # armed once ready
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.2)
-    loop = subprocess.Popen(["sh", "-c", f"echo 'rloop 50000' > {RUN}"])
+    # a loop that lasts well past the kill (about 13 s traced)
+    loop = subprocess.Popen(["sh", "-c", f"echo 'rloop 2000000' > {RUN}"])
     time.sleep(2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(60)

@@ -574,6 +574,17 @@ static int sc_wloop(struct edu_ex *ex, unsigned int count)
 	return ret;
 }
 
+static int sc_wval(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+
+	if (!base)
+		return -ENOMEM;
+	writel(count, base + EDU_REG_DMA_SRC);
+	edu_unmap(ex, base);
+	return 0;
+}
+
 static int sc_cloop(struct edu_ex *ex, unsigned int count)
 {
 	void __iomem *base;
@@ -972,6 +983,7 @@ static const struct edu_scenario edu_scenarios[] = {
 	{ "unknown", sc_unknown, false, "orl, xchg and testl on MMIO" },
 	{ "rloop", sc_rloop, true, "COUNT readl of 0x00" },
 	{ "wloop", sc_wloop, true, "COUNT writel of 0..COUNT-1 to 0x04" },
+	{ "wval", sc_wval, true, "writel of COUNT to 0x80 (one write)" },
 	{ "cloop", sc_cloop, true, "memcpy_toio of COUNT bytes to 0x1000" },
 	{ "burst", sc_burst, true,
 	  "COUNT readl of 0x00 on each of two CPUs at once" },

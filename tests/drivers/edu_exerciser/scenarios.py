@@ -174,6 +174,8 @@ SCENARIOS: dict[str, list[Record] | Callable[[int], list[Record]]] = {
     "rloop": _rloop,
     # COUNT writel of 0, 1, ..., COUNT-1 to liveness.
     "wloop": _wloop,
+    # one writel of COUNT to DMA src: two runs differ in that write alone.
+    "wval": lambda n: [MAP(), W(4, 0x80, n), UNMAP],
     # memcpy_toio of COUNT bytes (i & 0xff) to 0x1000 (0 <= COUNT <= 0xff000).
     "cloop": _cloop,
     # COUNT readl of ident on each of the first two online CPUs at once.
