@@ -156,17 +156,25 @@ def open_recording(path: str) -> Recording:
             data = _read_exact(fh, n)
             if data is None:
                 break
-            if tag == b"META":
-                rec.meta = json.loads(data)
-            elif tag == b"HEAD":
-                rec.header = data.decode(ENCODING, ERRORS)
-            elif tag == b"END ":
-                rec.end = json.loads(data)
-            elif tag == b"SYMS":
-                rec.kallsyms = zlib.decompress(data).decode(ENCODING, ERRORS)
-            elif tag == b"MODS":
-                rec.modules = data.decode(ENCODING, ERRORS)
+            try:
+                _section(rec, tag, data)
+            except (ValueError, zlib.error) as exc:
+                raise NotRawFile(f"{path}: its {tag.decode(errors='replace').strip()} "
+                                 f"section is damaged ({exc})") from exc
     return rec
+
+
+def _section(rec: Recording, tag: bytes, data: bytes) -> None:
+    if tag == b"META":
+        rec.meta = json.loads(data)
+    elif tag == b"HEAD":
+        rec.header = data.decode(ENCODING, ERRORS)
+    elif tag == b"END ":
+        rec.end = json.loads(data)
+    elif tag == b"SYMS":
+        rec.kallsyms = zlib.decompress(data).decode(ENCODING, ERRORS)
+    elif tag == b"MODS":
+        rec.modules = data.decode(ENCODING, ERRORS)
 
 
 def _v1_frames(path: str) -> Iterator[bytes]:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import BinaryIO, Final, NamedTuple
 
-from .rawfile import MAGIC, RAW1_MAGIC, Recording, open_recording
+from .rawfile import MAGIC, RAW1_MAGIC, NotRawFile, Recording, open_recording
 from .render import ENCODING, ERRORS, Renderer, lost_line
 
 TEXT_CHUNK: Final = 1 << 20     # bytes of text read at a time
@@ -43,6 +43,8 @@ class Trace:
                     self.recording = open_recording(path)
             except OSError as exc:
                 raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
+            except NotRawFile as exc:
+                raise TraceError(str(exc)) from exc
 
     @property
     def recorded(self) -> bool:
@@ -84,6 +86,8 @@ def _text_chunks(fh: BinaryIO) -> Iterator[list[str]]:
     while block := fh.read(TEXT_CHUNK):
         block = rest + block
         cut = block.rfind(b"\n") + 1
+        if not cut and len(block) >= TEXT_CHUNK:
+            cut = len(block)        # no line is that long: not a trace, one line of junk
         rest = block[cut:]
         if cut:
             yield block[:cut].decode(ENCODING, ERRORS).splitlines(keepends=True)

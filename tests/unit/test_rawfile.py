@@ -122,3 +122,25 @@ def test_committed_counts_runs_and_stops_before_unfinished_records():
     assert runs == 49 and used == ringbuf.stride(ACCESS) * 49 + ringbuf.stride(len(a_map()))
     # a limit: about that many records
     assert ringbuf.committed(view, ACCESS, 10)[:2] == (10 * ringbuf.stride(ACCESS), 10)
+
+
+def test_a_damaged_section_is_said_not_raised(tmp_path, capsys):
+    record_file(tmp_path / "r", [ringbuf.pack(synthetic_access_records(3))])
+    data = (tmp_path / "r").read_bytes()
+    meta = data.index(b"META") + 8
+    (tmp_path / "r").write_bytes(data[:meta] + b"!" + data[meta + 1:])   # JSON no more
+    assert cli.main(["report", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"mmiotrace-ng: {tmp_path / 'r'}: its META section is damaged (")
+    from mmiotrace_ng.tracefile import Trace, TraceError
+    with pytest.raises(TraceError, match="META section is damaged"):
+        Trace(str(tmp_path / "r"))
+
+
+def test_text_without_newlines_is_read_in_bounded_pieces(tmp_path):
+    from mmiotrace_ng.tracefile import TEXT_CHUNK, Trace
+
+    (tmp_path / "junk").write_bytes(b"x" * (3 * TEXT_CHUNK + 5))
+    chunks = list(Trace(str(tmp_path / "junk")).chunks())
+    assert max(len(line) for c in chunks for line in c) <= 2 * TEXT_CHUNK
+    assert sum(len(line.rstrip("\n")) for c in chunks for line in c) == 3 * TEXT_CHUNK + 5
