@@ -508,10 +508,9 @@ def _write_all(out: BinaryIO, data: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import errno
-
     from . import regmap
     from .errors import UsageError
+    from .output import writing
     from .render import ENCODING, ERRORS
     from .tracefile import Trace, TraceError
 
@@ -527,29 +526,15 @@ def run(args: argparse.Namespace) -> int:
 
     ann = Annotator(maps, symbols, args.fold, note)
     try:
-        out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from exc
-    try:
-        for chunk in trace.chunks():
-            for line in chunk:
-                ann.feed(line)
+        with writing(args.output) as out:
+            for chunk in trace.chunks():
+                for line in chunk:
+                    ann.feed(line)
+                _write_all(out, "".join(ann.take()).encode(ENCODING, ERRORS))
+            ann.finish()
             _write_all(out, "".join(ann.take()).encode(ENCODING, ERRORS))
-        ann.finish()
-        _write_all(out, "".join(ann.take()).encode(ENCODING, ERRORS))
-        out.flush()
     except TraceError as exc:
         raise UsageError(str(exc)) from exc
-    except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            from .cli import closed_pipe
-
-            return closed_pipe()
-        raise UsageError(f"cannot write {args.output or 'standard output'}: "
-                         f"{exc.strerror}") from exc
-    finally:
-        if args.output:
-            out.close()
     for m in maps:
         if args.regs and m.name not in ann.applied:
             ids = sorted({f"{t.vendor:04x}:{t.device:04x}" for t in m.targets})

@@ -21,6 +21,7 @@ from .child import ended as child_ended
 from .child import start as start_child
 from .errors import EXIT_USAGE, UsageError
 from .loader import LoaderError, Probes
+from .output import ClosedPipe, closed_pipe, writing
 from .rawfile import ACCESS_SIZE, NotRawFile, RawWriter
 from .records import NgRecType, record_sizes
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
@@ -539,15 +540,6 @@ def output_failed(exc: OSError, path: str | None) -> int:
     return EXIT_USAGE
 
 
-def closed_pipe() -> int:
-    """The exit status after stdout's reader went away, which nothing more
-    may reach, not even at exit (128 + SIGPIPE, as a pipeline's tools)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return 128 + signal.SIGPIPE
-
-
 # --- subcommands: a setup (its arguments) and a run each, in SUBCOMMANDS --------
 
 
@@ -605,25 +597,10 @@ def report(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
     r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
-    try:
-        out = open(args.output, "wb") if args.output else sys.stdout.buffer
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from exc
-    try:
+    with writing(args.output) as out:
         # the bytes the tracer would have written, whatever stdout's encoding
-        sys.stdout.flush()
         for text in rendered_text(rec, r):
             out.write(text.encode(ENCODING, ERRORS))
-        out.flush()
-    except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            return closed_pipe()
-        raise UsageError(f"cannot write {args.output or 'standard output'}: "
-                         f"{exc.strerror}") from exc
-    finally:
-        if args.output:
-            with contextlib.suppress(OSError):
-                out.close()
     if r.bad:
         print(f"mmiotrace-ng: {r.bad} corrupt records skipped", file=sys.stderr)
     if rec.format == 2 and rec.end is None:
@@ -760,5 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, LoaderError) as exc:
         print(f"mmiotrace-ng: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ClosedPipe:
+        return closed_pipe()
     except KeyboardInterrupt:
         return 130

@@ -67,11 +67,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import errno
 import re
 import struct
 import sys
-import zlib
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator
@@ -513,8 +511,6 @@ class _Source:
             self.trace = Trace(path)
         except TraceError as exc:
             raise UsageError(str(exc)) from exc
-        except (ValueError, zlib.error) as exc:    # a recording's META/END/SYMS damaged
-            raise UsageError(f"cannot read {path}: a damaged recording ({exc})") from exc
         self.args = args
         self.norm = self._normalizer()
 
@@ -1033,15 +1029,7 @@ def _diff(args: argparse.Namespace, out: BinaryIO) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    sys.stdout.flush()
-    out = sys.stdout.buffer
-    try:
-        status = diff(args, out)
-        out.flush()
-    except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            from .cli import closed_pipe
+    from .output import writing
 
-            return closed_pipe()
-        raise UsageError(f"cannot write standard output: {exc.strerror}") from exc
-    return status
+    with writing(None) as out:
+        return diff(args, out)

@@ -594,7 +594,7 @@ def test_a_damaged_recording(tmp_path, capsysbinary, section):
     good = write(tmp_path / "g.txt", Boot().text(scenario(5)))
     status, out, err = run_diff(capsysbinary, str(bad), good)
     assert (status, out) == (2, "")
-    assert err.startswith(f"mmiotrace-ng: cannot read {bad}: a damaged recording")
+    assert err.startswith(f"mmiotrace-ng: {bad}: its {section[:4].decode()} section is damaged")
     assert err.count("\n") == 1
 
 
