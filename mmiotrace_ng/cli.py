@@ -25,6 +25,7 @@ from .output import ClosedPipe, closed_pipe, writing
 from .rawfile import ACCESS_SIZE, NotRawFile, RawWriter
 from .records import NgRecType, record_sizes
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
+from .symsnap import SymbolSnapshots
 from .vmalloc import existing_mappings, read_vmallocinfo
 
 PROG = "mmiotrace-ng"
@@ -251,19 +252,6 @@ def recording_meta() -> dict:
             "argv": sys.argv, "record_sizes": record_sizes()}
 
 
-def machine_symbols() -> tuple[str | None, str | None]:
-    """/proc/kallsyms and /proc/modules now (None where unreadable), for a
-    recording's callers: read at the end, so modules loaded while tracing
-    (-- modprobe X) are in."""
-    out: list[str | None] = []
-    for path in ("/proc/kallsyms", "/proc/modules"):
-        try:
-            out.append(Path(path).read_text(ENCODING, ERRORS))
-        except OSError:
-            out.append(None)
-    return out[0], out[1]
-
-
 class Session:
     """One tracing run: helper filters, BPF probes, output."""
 
@@ -276,6 +264,8 @@ class Session:
         self.helper = None
         self.probes: Probes | None = None
         self.raw = raw
+        # a recording's symbols, modules unloaded while tracing included
+        self.snapshots = SymbolSnapshots() if raw else None
         self.record = getattr(args, "record", False)     # records only, no text
         self.regions: list = []          # --histogram: histogram.Region of each BAR
         self.syms = None
@@ -357,6 +347,8 @@ class Session:
         """Print what the ring buffer holds (at most BATCH records), waiting
         up to timeout_ms for something."""
         assert self.probes is not None
+        if self.snapshots is not None:
+            self.snapshots.poll()
         if not self._render(self.probes.pending(timeout_ms),
                             RECORD_BATCH if self.record else BATCH):
             time.sleep(0.001)   # the oldest record is still being written
@@ -370,8 +362,8 @@ class Session:
             if pending and not self.args.histogram and not self.record:
                 self.write(lost_line(pending))
             self.renderer.lost = total
-            if self.raw:
-                self.to_raw(self.raw.end, total, pending, *machine_symbols())
+            if self.raw and self.snapshots:
+                self.to_raw(self.raw.end, total, pending, *self.snapshots.final())
             if self.args.histogram:
                 self.write(self.histogram())
             self.flush()

@@ -11,6 +11,8 @@ from pathlib import Path
 from kernel_tracer import find_pci_device
 from ng_tracer import ARTIFACTS, NG
 
+from mmiotrace_ng.rawfile import open_recording
+
 RUN = Path("/sys/kernel/debug/edu_exerciser/run")
 E1000_ID = (0x8086, 0x100E)
 # e1000 registers that hold DMA addresses (RDBAL/RDBAH, TDBAL/TDBAH)
@@ -70,6 +72,9 @@ def test_two_loads_of_e1000_are_equal_but_for_descriptor_bases():
     for n in (1, 2):
         loads.append(recorded(["--pci", dev.name], f"ng-diff-e1000-{n}",
                               ["sh", "-c", "sleep 2; modprobe e1000; sleep 1; rmmod e1000"]))
+    # e1000 came and went during each recording: its symbols are in anyway
+    syms = open_recording(str(loads[0])).kallsyms
+    assert "e1000_probe\t[e1000]" in syms, "e1000's symbols missing from the recording"
     res = diff("--ignore-value", DESCRIPTOR_BASES, *loads)
     assert (res.returncode, res.stderr) == (0, ""), res.stdout[:4000]
     plain = diff(*loads)
