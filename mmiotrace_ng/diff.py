@@ -367,19 +367,11 @@ class _Columns:
         from .abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
         from .records import NgRecAccess, NgRecType
         from .records import field as rec_field
+        from .render import access_column as column
 
         self.size = ctypes.sizeof(NgRecAccess)
         self.stride = ringbuf.stride(self.size)
         self.access = int(NgRecType.NG_REC_ACCESS)
-
-        def column(path: str, code: str | None = None) -> tuple[str, int]:
-            offset, own = rec_field(NgRecAccess, path)
-            offset += ringbuf.HEADER
-            code = code or own
-            size = struct.calcsize(code)
-            if offset % size or self.stride % size:
-                raise ImportError(f"ng_rec_access.{path} is not {size}-byte aligned")
-            return code, offset // size
 
         width, op = ("compat_width", "compat_op") if compat else ("width", "op")
         if rec_field(NgRecAccess, op)[0] != rec_field(NgRecAccess, width)[0] + 1:

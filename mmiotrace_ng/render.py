@@ -286,7 +286,7 @@ def _fast_formats(opts: Options) -> dict[int, str]:
     return table
 
 
-def _column(path: str, code: str | None = None) -> tuple[str, int]:
+def access_column(path: str, code: str | None = None) -> tuple[str, int]:
     """(memoryview format, index of the first record's item) of a field of
     access records lying one stride apart in ring memory; code overrides the
     field's own (e.g. "I" reads four adjacent u8 fields as one u32)."""
@@ -319,15 +319,15 @@ class Renderer:
         # among them), the map id, then the format's other arguments in its
         # order.
         self._check = [
-            _column("hdr.type"),
-            _column("hdr.lost"),
-            _column("width", "I"),  # width, op, compat_width, compat_op
-            _column("hdr.ts_ns"),
+            access_column("hdr.type"),
+            access_column("hdr.lost"),
+            access_column("width", "I"),  # width, op, compat_width, compat_op
+            access_column("hdr.ts_ns"),
         ]
-        self._map_id = _column("map_id")
+        self._map_id = access_column("map_id")
         rest = ["phys", "compat_value" if compat else "value"]
         rest += ["ip", "pid"] if show_pc or show_pid else []
-        self._rest = [_column(name) for name in rest]
+        self._rest = [access_column(name) for name in rest]
         self._formats = _fast_formats(self.options)
         # One access record at a time (feed): the same fields, in offset order.
         self._extended = show_pc or show_pid
