@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from kernel_tracer import find_pci_device
+from kernel_tracer import capture, find_pci_device
 from ng_tracer import ARTIFACTS, NG
 
 from mmiotrace_ng.rawfile import open_recording
@@ -83,3 +83,21 @@ def test_two_loads_of_e1000_are_equal_but_for_descriptor_bases():
     assert set(changed_lines(plain.stdout)) <= {
         ln for ln in changed_lines(plain.stdout)
         if int(ln.split()[2], 16) - dev.bars[0][0] in (0x2800, 0x2804, 0x3800, 0x3804)}
+
+
+def test_the_kernel_tracers_text_compares_with_a_recording(exerciser):
+    """The same scenarios under the kernel's mmiotrace (its trace_pipe text)
+    and recorded by mmiotrace-ng, in the same boot: diff --compat (the
+    recording read as the kernel's decoder would) finds them equal."""
+    steps = scenarios(5)
+    unmaps = len(steps[2].split(";"))
+    kernel = capture(lambda: subprocess.run(steps, check=True),
+                     until=lambda text: text.count("\nUNMAP ") >= unmaps, quiet=2.0,
+                     timeout=300)
+    text = ARTIFACTS / "kernel-diff.txt"
+    text.write_text(kernel)
+    ours = recorded(["--pci", exerciser.dev.name], "ng-diff-k", steps)
+    res = diff("--compat", text, ours)
+    assert (res.returncode, res.stderr) == (0, ""), res.stdout[:4000]
+    other = recorded(["--pci", exerciser.dev.name], "ng-diff-k6", scenarios(6))
+    assert diff("--compat", text, other).returncode == 1
