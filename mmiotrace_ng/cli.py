@@ -113,7 +113,7 @@ def _add_selection_options(ap: argparse.ArgumentParser) -> None:
                          "kernel's tracer does; other ioremaps (not PCI) get MAP/UNMAP "
                          "lines, not their accesses, which the kernel's tracer also shows")
     ap.add_argument("--buffer-size-kb", type=int, default=16384, metavar="KB",
-                    help="ring buffer size (default 16384)")
+                    help="ring buffer size (default %(default)s)")
     ap.add_argument("--no-existing", action="store_true",
                     help="do not trace mappings that exist before the start (--all never does)")
     ap.add_argument("--singlestep", action="store_true",
@@ -247,9 +247,13 @@ class OutputError(Exception):
 def recording_meta() -> dict:
     """What a recording says of where and how it was made (its META)."""
     u = os.uname()
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
     return {"format": 2, "tool": f"{PROG} {__version__}", "kernel": u.release,
-            "machine": u.machine, "host": u.nodename, "started": time.time(),
-            "argv": sys.argv, "record_sizes": record_sizes()}
+            "machine": u.machine, "host": u.nodename, "boot_id": boot,
+            "started": time.time(), "argv": sys.argv, "record_sizes": record_sizes()}
 
 
 class Session:
@@ -556,8 +560,15 @@ def mark(args: argparse.Namespace) -> int:
     return 0
 
 
+RECORD_BUFFER_KB = 65536    # record's default: what one instruction makes must fit
+
+
 def _record_setup(ap: argparse.ArgumentParser) -> None:
     _add_selection_options(ap)
+    # One rep movs (a memcpy_toio blit) is emulated in one trap and makes a
+    # record per element before any reader can run: 64 MiB hold 838000 of
+    # them, a blit of 3.2 MB.
+    ap.set_defaults(buffer_size_kb=RECORD_BUFFER_KB)
     ap.add_argument("-o", "--output", metavar="FILE", required=True,
                     help="the recording to write (read it with: mmiotrace-ng report FILE)")
     _add_command(ap)

@@ -5,8 +5,9 @@ Format 2 (what `record` and `--raw` write), all integers little-endian:
     "mmiotrace-ng record 2\\n"     the magic line (MAGIC)
     sections, each: 4-byte tag, u32 length, that many bytes
 
-    META  JSON: format, tool version, kernel release, host, start time, the
-          command line, the ring's record layout (record size per type)
+    META  JSON: format, tool version, kernel release, host, boot id, start
+          time, the command line, the ring's record layout (record size per
+          type)
     HEAD  the stream header: the text before the first record (VERSION and
           PCIDEV lines), UTF-8 with surrogateescape (render.ENCODING/ERRORS)
     RING  bytes copied from the BPF ring buffer as they were: records with

@@ -139,13 +139,15 @@ def result(made: int, ns: int, kept: int, lost: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help="which, comma-separated (default: all)")
     args = ap.parse_args()
     gb.load_exerciser()
     bdf = gb.find_edu()
     os.sched_setaffinity(0, {CPU})
     out: dict = {"seconds": args.seconds, "loop_chunk": LOOP_CHUNK,
                  "blit": {"bytes": FB_BYTES, "repeat": FB_REPEAT}, "cpu": gb.cpu_model()}
-    for workload in WORKLOADS:
+    for workload in args.workloads.split(","):
         res: dict = {}
         log(f"{workload}: mmiotrace-ng record")
         res["ng_record"] = record_run(bdf, workload, args.seconds)
