@@ -1,13 +1,16 @@
 """mmiotrace-ng diff on real recordings, in the guest: two runs of the same
 exerciser scenarios are equal; one changed write gives exactly that hunk;
-two loads of e1000 are equal once the descriptor-base registers (DMA
-addresses the driver allocates anew) are ignored."""
+two loads of e1000, in one boot and in two, are equal once the
+descriptor-base registers (DMA addresses the driver allocates anew) are
+ignored; the kernel tracer's text compares with a recording."""
 
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
+import pytest
 from kernel_tracer import capture, find_pci_device
 from ng_tracer import ARTIFACTS, NG
 
@@ -17,6 +20,8 @@ RUN = Path("/sys/kernel/debug/edu_exerciser/run")
 E1000_ID = (0x8086, 0x100E)
 # e1000 registers that hold DMA addresses (RDBAL/RDBAH, TDBAL/TDBAH)
 DESCRIPTOR_BASES = "0x2800,0x2804,0x3800,0x3804"
+FIRST_BOOT_E1000 = "ng-diff-e1000-1"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def recorded(args: list[str], name: str, cmd: list[str]) -> Path:
@@ -62,16 +67,23 @@ def test_two_runs_are_equal_one_changed_write_is_one_hunk(exerciser):
     assert diff(text, b).returncode == 0
 
 
-def test_two_loads_of_e1000_are_equal_but_for_descriptor_bases():
+def e1000_loads(names: list[str]) -> list[Path]:
+    """A recording of a load and unload of e1000 for each name, after a first
+    load and unload (the first load after boot reads other values)."""
     dev = find_pci_device(*E1000_ID)
     assert dev is not None, "boot the VM with --qemu '-device e1000,...'"
     subprocess.run(["rmmod", "e1000"], capture_output=True)
-    subprocess.run(["modprobe", "e1000"], check=True)      # the first load reads other values
+    subprocess.run(["modprobe", "e1000"], check=True)
     subprocess.run(["rmmod", "e1000"], check=True)
-    loads = []
-    for n in (1, 2):
-        loads.append(recorded(["--pci", dev.name], f"ng-diff-e1000-{n}",
-                              ["sh", "-c", "sleep 2; modprobe e1000; sleep 1; rmmod e1000"]))
+    return [recorded(["--pci", dev.name], name,
+                     ["sh", "-c", "sleep 2; modprobe e1000; sleep 1; rmmod e1000"])
+            for name in names]
+
+
+def test_two_loads_of_e1000_are_equal_but_for_descriptor_bases():
+    """(The first recording is also what the second boot compares with.)"""
+    dev = find_pci_device(*E1000_ID)
+    loads = e1000_loads([FIRST_BOOT_E1000, "ng-diff-e1000-2"])
     # e1000 came and went during each recording: its symbols are in anyway
     syms = open_recording(str(loads[0])).kallsyms
     assert "e1000_probe\t[e1000]" in syms, "e1000's symbols missing from the recording"
@@ -101,3 +113,19 @@ def test_the_kernel_tracers_text_compares_with_a_recording(exerciser):
     assert (res.returncode, res.stderr) == (0, ""), res.stdout[:4000]
     other = recorded(["--pci", exerciser.dev.name], "ng-diff-k6", scenarios(6))
     assert diff("--compat", text, other).returncode == 1
+
+
+@pytest.mark.second_boot
+def test_e1000_in_another_boot_equals_the_first():
+    """In tests/run's second guest, another boot of the same machine: a load
+    of e1000 recorded here equals the first boot's (recorded by
+    test_two_loads_of_e1000_are_equal_but_for_descriptor_bases), the
+    descriptor-base registers ignored."""
+    first = ARTIFACTS / f"{FIRST_BOOT_E1000}.rec"
+    assert first.exists(), f"{first} is missing: the first guest's e1000 test makes it"
+    meta = open_recording(str(first)).meta
+    assert meta["boot_id"] != BOOT_ID.read_text().strip(), f"{first} is of this boot"
+    assert time.time() - meta["started"] < 3 * 3600, f"{first} is stale"
+    (this,) = e1000_loads(["ng-diff-e1000-boot2"])
+    res = diff("--ignore-value", DESCRIPTOR_BASES, first, this)
+    assert (res.returncode, res.stderr) == (0, ""), res.stdout[:4000]

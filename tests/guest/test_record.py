@@ -4,6 +4,7 @@ SIGKILL without leaving anything armed, and keeps a sustained loop whole."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 from held import assert_left_whole, ensure_helper, held_pages, hold
-from kernel_tracer import to_records
+from kernel_tracer import PciDevice, find_pci_devices, to_records
 from ng_tracer import ARTIFACTS, NG, helper_status, sections
 from test_ng_trace import COMPARED, count_for, decoded
 
@@ -19,7 +20,8 @@ from mmiotrace_ng.rawfile import open_recording
 
 RUN = Path("/sys/kernel/debug/edu_exerciser/run")
 MARKER = "/sys/kernel/tracing/trace_marker"
-VIRTIO_SERIAL = ("0x1af4", "0x1003")     # QEMU's virtio-serial-pci: memory BARs 1 and 4
+IVSHMEM = (0x1AF4, 0x1110)      # QEMU's ivshmem-plain: memory BARs 0 and 2
+EXERCISER_DRIVER = Path("/sys/bus/pci/drivers/edu_exerciser")
 
 
 def record(args: list[str], name: str, cmd: list[str],
@@ -105,40 +107,41 @@ def test_sigkill_leaves_a_readable_file_and_nothing_armed(held):
     assert [r for r in recs if r[0] not in ("R", "MAP")] == []
 
 
-def virtio_serial() -> str:
-    for dev in sorted(Path("/sys/bus/pci/devices").iterdir()):
-        if ((dev / "vendor").read_text().strip(), (dev / "device").read_text().strip()) \
-                == VIRTIO_SERIAL:
-            return dev.name
-    raise AssertionError("no virtio-serial-pci device in this guest")
+def ivshmem_64m() -> PciDevice:
+    """The 64 MiB ivshmem-plain device, bound to the exerciser (new_id), whose
+    debugfs "map" maps one of its BARs and accesses it."""
+    (dev,) = [d for d in find_pci_devices(*IVSHMEM) if d.bars[2][1] == 64 << 20]
+    try:
+        (EXERCISER_DRIVER / "new_id").write_text("1af4 1110\n")
+    except OSError as exc:
+        assert exc.errno == errno.EEXIST
+    assert (Path("/sys/kernel/debug") / f"edu_exerciser-{dev.name}" / "map").exists()
+    return dev
 
 
-def bar_range(bdf: str, index: int) -> tuple[int, int]:
-    line = (Path("/sys/bus/pci/devices") / bdf / "resource").read_text().splitlines()[index]
-    start, end, _ = (int(f, 16) for f in line.split())
-    return start, end
-
-
-def test_bar_selection_traces_only_those_bars():
-    """The virtio-serial device carrying this test's output has two memory
-    BARs, both mapped by its driver: @1 shows only BAR 1's mapping, @4 only
-    BAR 4's (and its notify writes), the whole device both."""
-    bdf = virtio_serial()
-    maps: dict[str, set[int]] = {}
-    for sel in ("@1", "@4", ""):
-        path, res = record(["--pci", bdf + sel], f"ng-record-bar{sel[1:] or 's'}",
-                           ["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.2; done"])
+def test_bar_selection_traces_only_those_bars(exerciser):
+    """ivshmem-plain has two memory BARs, 0 (256 bytes of registers) and 2
+    (64 MiB): each mapped and accessed in turn, @0 shows only BAR 0's
+    mapping and accesses, @2 only BAR 2's, the whole device both."""
+    dev = ivshmem_64m()
+    mapf = Path("/sys/kernel/debug") / f"edu_exerciser-{dev.name}" / "map"
+    # (BAR 0's registers do not read back what is written: that write says EIO)
+    cmd = ["sh", "-c", f"echo '0 ioremap' > {mapf}; echo '2 ioremap' > {mapf}"]
+    seen: dict[str, set[int]] = {}
+    for sel in ("@0", "@2", ""):
+        path, res = record(["--pci", dev.name + sel], f"ng-record-bar{sel[1:] or 's'}", cmd)
         assert res.returncode == 0, res.stderr
-        text = report(path)
-        bars = set()
-        for line in text.splitlines():
+        bars = []
+        for line in report(path).splitlines():
             if line.startswith(("MAP ", "R ", "W ")):
                 phys = int(line.split()[3 if line[0] == "M" else 4], 16)
-                (hit,) = [i for i in (1, 4) if bar_range(bdf, i)[0] <= phys
-                          <= bar_range(bdf, i)[1]]
-                bars.add(hit)
-        maps[sel] = bars
-    assert maps == {"@1": {1}, "@4": {4}, "": {1, 4}}, maps
+                (hit,) = [i for i in (0, 2) if dev.bars[i][0] <= phys
+                          < dev.bars[i][0] + dev.bars[i][1]]
+                bars.append((line[0], hit))
+        seen[sel] = set(bars)
+    both = {(k, i) for k in "MRW" for i in (0, 2)}
+    assert seen == {"@0": {(k, 0) for k in "MRW"}, "@2": {(k, 2) for k in "MRW"},
+                    "": both}, seen
 
 
 def test_bad_selections_exit_2_and_arm_nothing(exerciser):
