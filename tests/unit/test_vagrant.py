@@ -11,6 +11,10 @@
   is why the first test ignores the provider.
 * The Vagrantfile stays in step with tests/run: same setup script, same QEMU
   devices, same kernel command line, same guest pytest.
+* vagrant/make-box (the box built from Debian's packages, for runners that
+  cannot download the public one, or whose box has no network) installs
+  every Debian package tests/setup.sh installs, so that setup.sh runs no
+  apt-get in that box, and puts its wheelhouse where the Vagrantfile looks.
 
 When vagrant or the plugin is missing, the test fails if the environment
 variable CI is set (CI must install them) and is skipped otherwise.
@@ -19,6 +23,7 @@ variable CI is set (CI must install them) and is skipped otherwise.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,6 +34,8 @@ from ng_require import required
 ROOT = Path(__file__).resolve().parents[2]
 VAGRANT_DIR = ROOT / "vagrant"
 VAGRANTFILE = VAGRANT_DIR / "Vagrantfile"
+MAKE_BOX = VAGRANT_DIR / "make-box"
+SETUP_SH = ROOT / "tests" / "setup.sh"
 IN_CI = required()
 
 
@@ -75,32 +82,110 @@ def test_vagrant_validate_libvirt(tmp_path):
     _assert_ok(res, "vagrant validate (libvirt provider)")
 
 
+def _has_qemu_device(vf: str, device: str) -> bool:
+    """The Vagrantfile adds `-device DEVICE` (at a fixed slot, ",addr=0xNN")."""
+    return re.search(rf'libvirt\.qemuargs value: "{re.escape(device)}(,addr=0x[0-9a-f]+)?"\n',
+                     vf) is not None
+
+
 def test_vagrantfile_in_step_with_tests_run():
     vf = VAGRANTFILE.read_text()
     run = (ROOT / "tests" / "run").read_text()
+    # the machine tests/vm/run boots
+    assert '"-machine", "q35"' in (ROOT / "tests" / "vm" / "run").read_text()
+    assert 'libvirt.machine_type = "q35"' in vf
     # the one setup script, not a copy of it
     assert "#{SRC}/tests/setup.sh" in vf
     assert "tests/setup.sh" in run
     # the devices and the kernel command line the guest tests expect
     assert "--qemu '-device edu'" in run
-    assert 'libvirt.qemuargs value: "edu"' in vf
+    assert _has_qemu_device(vf, "edu")
     assert "-device e1000,netdev=n0" in run
-    assert 'libvirt.qemuargs value: "e1000,netdev=n0"' in vf
+    assert _has_qemu_device(vf, "e1000,netdev=n0")
     for dev in ("i6300esb", "sdhci-pci"):
         assert f"--qemu '-device {dev}'" in run
-        assert f'libvirt.qemuargs value: "{dev}"' in vf
+        assert _has_qemu_device(vf, dev)
     for n, size in ((0, "64M"), (1, "1G")):
         backend = f"memory-backend-memfd,id=iv{n},size={size}"
         assert f"-object {backend} -device ivshmem-plain,memdev=iv{n}" in run
         assert f'libvirt.qemuargs value: "{backend}"' in vf
-        assert f'libvirt.qemuargs value: "ivshmem-plain,memdev=iv{n}"' in vf
+        assert _has_qemu_device(vf, f"ivshmem-plain,memdev=iv{n}")
     assert "--append 'modprobe.blacklist=e1000,i6300esb,sdhci_pci'" in run
     assert "modprobe.blacklist=e1000,i6300esb,sdhci_pci" in vf
     # the same guest suite, with the switch that un-skips it
-    assert "pytest -v -p no:cacheprovider --durations=25 -m 'not single_tcg' tests/guest" in run
-    assert "--accel tcg-single" in run and "-m single_tcg tests/guest" in run
+    assert ("pytest -v -p no:cacheprovider --durations=25 -m 'not single_tcg and not "
+            "second_boot' tests/guest") in run
+    assert "--accel tcg-single" in run and "-m 'single_tcg or second_boot' tests/guest" in run
     assert "NGVM_GUEST=1" in vf and "NGVM_ACCEL=#{NGVM_ACCEL}" in vf
     assert ('.venv/bin/python -m pytest -v -p no:cacheprovider --durations=25 '
             '${sel:+-m "$sel"} tests/guest'
             in vf)
-    assert '[ "$NGVM_ACCEL" = tcg-multi ] && sel="not single_tcg"' in vf
+    assert 'sel="not second_boot"' in vf
+    assert '[ "$NGVM_ACCEL" = tcg-multi ] && sel="not single_tcg and not second_boot"' in vf
+
+
+def _assigned_words(script: str, var: str) -> set[str]:
+    """The words of a shell assignment VAR="..." (which may span lines)."""
+    m = re.search(rf'^{var}="([^"]*)"', script, re.M)
+    assert m, f'no {var}="..." assignment'
+    return set(m.group(1).split())
+
+
+def setup_sh_packages(script: str) -> set[str]:
+    """Every Debian package tests/setup.sh names for installing: its PKGS,
+    the literal names of its `for p in NAME...; do` loops, and literal names
+    given to apt-get install (names with a shell expansion, such as
+    linux-headers-$KVER, are left out: they are not known before it runs)."""
+    pkgs = _assigned_words(script, "PKGS")
+    for m in re.finditer(r"^\s*for p in ([^;]*); do", script, re.M):
+        pkgs |= {w for w in m.group(1).split() if "$" not in w}
+    for m in re.finditer(r"apt-get install ([^\n;&|>]*)", script):
+        pkgs |= {w for w in m.group(1).split() if not w.startswith("-") and "$" not in w}
+    return pkgs
+
+
+def make_box_packages(script: str) -> set[str]:
+    """The Debian packages vagrant/make-box installs in the box."""
+    return (_assigned_words(script, "SETUP_PKGS")
+            | _assigned_words(script, "SETUP_PKGS_NO_RECOMMENDS")
+            | _assigned_words(script, "BOX_PKGS"))
+
+
+def test_setup_sh_packages_parsed():
+    # the parser finds what setup.sh installs in each of its forms, so that
+    # the coverage test below cannot pass on an empty set
+    pkgs = setup_sh_packages(SETUP_SH.read_text())
+    assert {"linux-image-amd64", "linux-headers-amd64", "python3-bpfcc", "gcc"} <= pkgs
+    assert {"vagrant", "vagrant-libvirt", "dkms"} <= pkgs
+    assert not any("$" in p or p.startswith("-") for p in pkgs), pkgs
+    assert setup_sh_packages('PKGS="a b\nc"\nfor p in d $X; do :; done\n'
+                             'apt-get install -y -q --no-install-recommends e "$f" >/dev/null\n'
+                             ) == {"a", "b", "c", "d", "e"}
+
+
+def test_make_box_has_every_package_of_setup_sh():
+    missing = setup_sh_packages(SETUP_SH.read_text()) - make_box_packages(MAKE_BOX.read_text())
+    assert not missing, (f"tests/setup.sh installs {sorted(missing)}, which vagrant/make-box "
+                         "does not put in the box: add them to its SETUP_PKGS (installed with "
+                         "their Recommends, as setup.sh does) or SETUP_PKGS_NO_RECOMMENDS")
+
+
+def test_make_box_matches_the_vagrantfile():
+    vf = VAGRANTFILE.read_text()
+    mb = MAKE_BOX.read_text()
+    # the wheelhouse the box carries is where the setup step looks for it
+    wheelhouse = re.search(r"^WHEELHOUSE=(\S+)", mb, re.M).group(1)
+    assert f'WHEELHOUSE = "{wheelhouse}".freeze' in vf
+    assert "export PIP_NO_INDEX=1 PIP_FIND_LINKS=#{WHEELHOUSE}" in vf
+    # make-box takes the box name from the Vagrantfile, which names one box
+    assert len(re.findall(r'^ *config\.vm\.box *= *"[^"]+"', vf, re.M)) == 1
+    # a box made by make-box, the kernel step installs nothing (no network)
+    assert "linux-image-amd64 linux-headers-amd64 2>/dev/null)" in vf
+
+
+def test_vagrant_scripts_parse():
+    for script in (MAKE_BOX, VAGRANT_DIR / "run-suite"):
+        assert os.access(script, os.X_OK), f"{script} is not executable"
+        res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
+                             check=False)
+        assert res.returncode == 0, res.stderr
