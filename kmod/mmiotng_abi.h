@@ -132,5 +132,11 @@ enum mmiotng_attr {
 /* MMIOTNG_A_MODE values */
 #define MMIOTNG_MODE_EMULATE	0	/* decode and emulate; single-step the rest */
 #define MMIOTNG_MODE_SINGLESTEP	1	/* single-step every access (benchmarks) */
+/*
+ * Benchmarks only, refused unless the module was loaded with test_modes=1:
+ * take the fault and skip the instruction, making no access and reporting
+ * nothing (the floor of the cost of a trap).
+ */
+#define MMIOTNG_MODE_TRAP_ONLY	2
 
 #endif /* MMIOTNG_ABI_H */

@@ -23,6 +23,7 @@
 
 #include <linux/atomic.h>
 #include <linux/mm.h>
+#include <linux/moduleparam.h>
 #include <linux/pci.h>
 #include <linux/rculist.h>
 #include <linux/slab.h>
@@ -279,10 +280,24 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 
 /* ---- mode and counters ---------------------------------------------- */
 
+static bool test_modes;
+module_param(test_modes, bool, 0444);
+MODULE_PARM_DESC(test_modes, "allow MMIOTNG_MODE_TRAP_ONLY (benchmarks: accesses are skipped, not made)");
+
 int ng_set_mode(u32 mode)
 {
-	if (mode != MMIOTNG_MODE_EMULATE && mode != MMIOTNG_MODE_SINGLESTEP)
+	switch (mode) {
+	case MMIOTNG_MODE_EMULATE:
+	case MMIOTNG_MODE_SINGLESTEP:
+		break;
+	case MMIOTNG_MODE_TRAP_ONLY:
+		if (!test_modes)
+			return -EPERM;
+		break;
+	default:
 		return -EINVAL;
+	}
+	ng_trap_only_reset();
 	WRITE_ONCE(ng_mode, mode);
 	return 0;
 }

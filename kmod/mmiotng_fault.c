@@ -29,6 +29,8 @@
  *    inside that read-side section (both are freed after a grace period),
  *    and reaches the device through its CPU's window.
  *  - ng_mode is read with READ_ONCE; the control path writes it.
+ *  - The per-CPU ng_skip (MMIOTNG_MODE_TRAP_ONLY) is only touched by its
+ *    CPU in the fault path, never in NMI; ng_skip_gen is atomic.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -426,6 +428,52 @@ static bool ng_fault_raced(unsigned long address)
 	return true;
 }
 
+/*
+ * MMIOTNG_MODE_TRAP_ONLY (benchmarks, test_modes=1): the fault on an armed
+ * page is taken and its instruction skipped, without decoding it: its
+ * length is kept per CPU from the first fault at its address (decoded
+ * then).  No access is made, nothing is reported.  An NMI does not use the
+ * cache (it may have interrupted its update); ng_set_mode() invalidates it.
+ */
+struct ng_skip {
+	unsigned long ip;
+	unsigned int len;
+	unsigned int gen;
+};
+
+static DEFINE_PER_CPU(struct ng_skip, ng_skip);
+static atomic_t ng_skip_gen = ATOMIC_INIT(1);
+
+void ng_trap_only_reset(void)
+{
+	atomic_inc(&ng_skip_gen);
+}
+
+/* Whether the faulting instruction was skipped (false: not decoded). */
+static bool ng_trap_only(struct pt_regs *regs)
+{
+	struct ng_skip *k = this_cpu_ptr(&ng_skip);
+	unsigned int gen = atomic_read(&ng_skip_gen);
+	u8 bytes[NG_COMPAT_MAX_BYTES];
+	struct ng_insn insn;
+	unsigned int nbytes;
+
+	if (!in_nmi() && k->ip == regs->ip && k->gen == gen) {
+		regs->ip += k->len;
+		return true;
+	}
+	nbytes = ng_fetch_insn(regs->ip, bytes);
+	if (!nbytes || ng_decode(bytes, nbytes, &insn))
+		return false;
+	if (!in_nmi()) {
+		k->ip = regs->ip;
+		k->len = insn.len;
+		k->gen = gen;
+	}
+	regs->ip += insn.len;
+	return true;
+}
+
 enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
 
 /* Handle a fault on an armed page. */
@@ -459,6 +507,8 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 		ng_step_more(m, address);
 		goto out;
 	}
+	if (READ_ONCE(ng_mode) == MMIOTNG_MODE_TRAP_ONLY && ng_trap_only(regs))
+		goto out;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
 	decoded = nbytes && ng_decode(bytes, nbytes, &insn) == 0;
 	if (decoded && READ_ONCE(ng_mode) == MMIOTNG_MODE_EMULATE && !ng_step_forced(regs)) {

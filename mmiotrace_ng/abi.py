@@ -35,6 +35,7 @@ MMIOTNG_GENL_VERSION: Final = 1
 # MMIOTNG_A_MODE values
 MMIOTNG_MODE_EMULATE: Final = 0
 MMIOTNG_MODE_SINGLESTEP: Final = 1
+MMIOTNG_MODE_TRAP_ONLY: Final = 2   # benchmarks only (the module's test_modes=1)
 
 
 class Op(IntEnum):
@@ -57,6 +58,7 @@ class Mode(IntEnum):
 
     EMULATE = MMIOTNG_MODE_EMULATE
     SINGLESTEP = MMIOTNG_MODE_SINGLESTEP
+    TRAP_ONLY = MMIOTNG_MODE_TRAP_ONLY
 
 
 class MmiotngCmd(IntEnum):

@@ -428,6 +428,80 @@ class NgTracer(Tracer):
         self.summary_lost = int(m.group(1)) if m else None
 
 
+# -- the helper module alone (the cost breakdown) -------------------------
+
+HELPER_KO = REPO / "kmod" / "mmiotng.ko"
+# the helper's modes measured without the tracer (mmiotrace_ng.abi.Mode)
+HELPER_MODES = {"ng_trap_only": "TRAP_ONLY", "ng_helper_emulate": "EMULATE",
+                "ng_helper_singlestep": "SINGLESTEP"}
+# trap-only skips each instruction: a rep movsl would be one trap in all
+SINGLE_ACCESS_SCENARIOS = ("rloop", "wloop")
+
+
+def load_helper() -> None:
+    """The helper as the tracer loads it, with test_modes=1 (the trap-only
+    mode of the breakdown); the tracer runs later use this module."""
+    subprocess.run(["rmmod", "mmiotng"], capture_output=True, check=False)
+    subprocess.run(["insmod", str(HELPER_KO), "test_modes=1"], check=True)
+
+
+def edu_bar0(bdf: str) -> tuple[int, int]:
+    start, end, _flags = (int(x, 16) for x in
+                          Path(f"/sys/bus/pci/devices/{bdf}/resource").read_text().split()[:3])
+    return start, end - start + 1
+
+
+class HelperOnly:
+    """The helper module traps edu's BAR0, driven over netlink as the
+    tracer drives it, but with no BPF program attached: its tracepoints
+    stay off.  Each mapping the exerciser makes is armed by the helper's
+    ioremap probe.  ``mode`` is a mmiotrace_ng.abi.Mode name."""
+
+    def __init__(self, bdf: str, mode: str) -> None:
+        sys.path.insert(0, str(REPO))
+        from mmiotrace_ng.abi import Mode
+        from mmiotrace_ng.netlink import HelperSocket
+
+        self.mode = Mode[mode]
+        self.sock = HelperSocket()
+        self.bar = edu_bar0(bdf)
+
+    def __enter__(self) -> HelperOnly:
+        self.sock.filter_add(*self.bar)
+        self.sock.set_mode(self.mode)
+        self.start = self.sock.status()
+        return self
+
+    def faults(self) -> int:
+        return self.sock.status().faults - self.start.faults
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            from mmiotrace_ng.abi import Mode
+
+            self.sock.set_mode(Mode.EMULATE)
+            self.sock.disarm_all()
+        finally:
+            self.sock.close()
+
+
+def helper_breakdown(res: dict, bdf: str, counts: dict[str, int]) -> None:
+    """ns per access of the helper alone in each of HELPER_MODES, and the
+    faults it took per access (1: every access trapped)."""
+    load_helper()
+    for key, mode in HELPER_MODES.items():
+        sel = ({k: v for k, v in counts.items() if k in SINGLE_ACCESS_SCENARIOS}
+               if mode == "TRAP_ONLY" else counts)
+        log(f"{key}: the helper alone, mode {mode}, no BPF program")
+        with HelperOnly(bdf, mode) as h:
+            warm_up(None, sel)
+            before = h.faults()
+            res[key] = time_scenarios(None, sel, key)
+            made = sum(v["accesses"] * REPEAT for v in res[key].values())
+            res[key + "_faults_per_access"] = round((h.faults() - before) / made, 4)
+        log(f"{key}: {res[key + '_faults_per_access']} faults per access")
+
+
 # -- measurements ---------------------------------------------------------
 
 def time_scenarios(tracer: Tracer | None, counts: dict[str, int], label: str) -> dict:
@@ -634,6 +708,8 @@ def measure(res: dict, bdf: str, counts: dict[str, int],
             for name in bursts}
     finally:
         kt.stop()
+
+    helper_breakdown(res, bdf, counts)
 
     for mode, extra in (("ng_emulate", []), ("ng_singlestep", ["--singlestep"])):
         log(f"{mode}: starting mmiotrace-ng {' '.join(extra)}")

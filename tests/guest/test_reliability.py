@@ -24,7 +24,7 @@ from kernel_tracer import find_pci_device, to_records
 from ng_tracer import NG, REPO, NgTracer, helper_status
 
 import mmiotrace_ng.netlink as nl
-from mmiotrace_ng.abi import MmiotngCmd
+from mmiotrace_ng.abi import MmiotngCmd, Mode
 from mmiotrace_ng.vmalloc import read_vmallocinfo
 
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3"
@@ -227,6 +227,8 @@ def test_hostile_netlink_input(exerciser):
             (C.MMIOTNG_CMD_ARM_EXISTING, [["MMIOTNG_A_VIRT", 0], ["MMIOTNG_A_SIZE", 4096],
                                           ["MMIOTNG_A_PHYS", start]], errno.EINVAL),
             (C.MMIOTNG_CMD_SET_MODE, [["MMIOTNG_A_MODE", 7]], errno.EINVAL),
+            # the benchmarks' trap-only mode, without test_modes=1
+            (C.MMIOTNG_CMD_SET_MODE, [["MMIOTNG_A_MODE", Mode.TRAP_ONLY]], errno.EPERM),
             (C.MMIOTNG_CMD_FILTER_DEL, [["MMIOTNG_A_PHYS", start], ["MMIOTNG_A_SIZE", 4096]],
              errno.ENOENT),
             (99, [], errno.EOPNOTSUPP),                                         # no such cmd
