@@ -22,6 +22,7 @@ from .child import start as start_child
 from .errors import EXIT_USAGE, UsageError
 from .loader import LoaderError, Probes
 from .output import ClosedPipe, closed_pipe, writing
+from .phases import PHASES
 from .rawfile import ACCESS_SIZE, NotRawFile, RawWriter
 from .records import NgRecType, record_sizes
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
@@ -119,6 +120,8 @@ def _add_selection_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--singlestep", action="store_true",
                     help="single-step every access instead of emulating (slow; for tests)")
     ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="print the time each start-up phase took on stderr")
 
 
 def _add_trace_options(ap: argparse.ArgumentParser) -> None:
@@ -322,11 +325,13 @@ class Session:
                         raise
             if self.args.singlestep:
                 self.helper.set_mode(MMIOTNG_MODE_SINGLESTEP)
+            PHASES.done("helper session (netlink), filters")
         except HelperError as exc:
             if exc.errno == errno.EBUSY:
                 raise UsageError(f"the helper is busy: {exc}") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
         header = stream_header(Path("/proc/bus/pci/devices").read_text())
+        PHASES.done("stream header")
         if not self.args.histogram and not self.record:
             self.write(header)
         if self.raw:
@@ -346,6 +351,7 @@ class Session:
                     # the stream and on stderr); EEXIST: armed already, by
                     # the ioremap probe; EPERM: the helper's own mapping
                     self.helper.arm_existing(m.virt, m.size, m.phys)
+            PHASES.done("mappings made before the start (vmallocinfo)")
 
     def pump(self, timeout_ms: int) -> None:
         """Print what the ring buffer holds (at most BATCH records), waiting
@@ -432,6 +438,8 @@ class Session:
 
 
 def trace(args: argparse.Namespace) -> int:
+    PHASES.enabled = args.verbose
+    PHASES.done("arguments")
     check_environment()
     ranges: list[tuple[int, int]] = []
     if args.all:
@@ -451,6 +459,7 @@ def trace(args: argparse.Namespace) -> int:
     if len(ranges) > MMIOTNG_MAX_FILTERS:
         raise UsageError(f"{len(ranges)} BARs and ROMs to trace; the helper traces at most "
                          f"{MMIOTNG_MAX_FILTERS} at a time (fewer devices)")
+    PHASES.done("environment checks, devices")
     lock = single_instance()
     # the output first: a file that cannot be written stops the run before
     # anything is loaded or armed
@@ -466,6 +475,7 @@ def trace(args: argparse.Namespace) -> int:
 
     try:
         ensure_loaded(args.helper)
+        PHASES.done("helper module")
     except LoaderError:
         os.close(lock)
         if args.output:
@@ -724,6 +734,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
 
 
 def main(argv: list[str] | None = None) -> int:
+    PHASES.done("interpreter and imports")
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv[:1] and argv[0] in SUBCOMMANDS:

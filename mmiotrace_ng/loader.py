@@ -5,11 +5,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import importlib.util
 import os
 import re
 import sys
 from pathlib import Path
 
+from . import bpfsys
 from .abi import MMIOTNG_ACCESS_TP, MMIOTNG_MAP_TP, MMIOTNG_MARK_TP
 from .bpfobj import (
     CACHE_DIR,
@@ -21,6 +23,7 @@ from .bpfobj import (
     relocate,
     store,
 )
+from .phases import PHASES
 from .records import NG_CONFIG_ALL, NG_CONFIG_HISTOGRAM, NG_CONFIG_TRACER, NgHistKey, NgHistVal
 from .ringbuf import RingReader
 
@@ -61,33 +64,37 @@ BPF_PROG_TYPE_RAW_TRACEPOINT = 17
 # also run when the access is made from inside another kprobe's handler).
 TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP,
                        "on_map": MMIOTNG_MAP_TP}
-BPF_PROBE_ENTRY, BPF_PROBE_RETURN = 0, 1
-# 0: the kernel's default number of return-probe instances (2 per CPU, at
-# least 10).  Any other value makes libbcc define a tracefs kprobe event,
-# which would outlive a killed tracer; a missed return is counted as lost by
-# on_ioremap_entry.
-KRETPROBE_MAXACTIVE = 0
+# Kprobes are made by the kprobe PMU (bpfsys.attach_kprobe), never as
+# tracefs events, which would outlive a killed tracer.  A return probe has
+# the kernel's default number of instances (2 per CPU, at least 10); a
+# missed return is counted as lost by on_ioremap_entry.
 VERIFIER_LOG_BYTES = 1 << 20   # for the message when a program is refused
+
+
+def bcc_version() -> str:
+    """The version of bcc's Python bindings, read without importing them
+    (which loads libbcc and LLVM: a cached start needs neither)."""
+    spec = importlib.util.find_spec("bcc")
+    if spec is None or not spec.submodule_search_locations:
+        raise LoaderError("bcc's Python bindings are missing: install python3-bpfcc "
+                          "(Debian/Ubuntu) and run with the system python3")
+    text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
+    if not m:
+        raise LoaderError("cannot tell the version of bcc's Python bindings")
+    return m.group(1)
 
 
 @functools.cache
 def _libbcc():
-    """bcc's ctypes handle on libbcc, with the prototypes it does not declare
-    (set once)."""
+    """bcc's ctypes handle on libbcc, for compiling, with the prototypes it
+    does not declare (set once)."""
     try:
-        from bcc import __version__ as bcc_version
         from bcc.libbcc import lib
     except ImportError as exc:
         raise LoaderError("bcc's Python bindings are missing: install python3-bpfcc "
                           "(Debian/Ubuntu) and run with the system python3") from exc
     c = ctypes
-    lib.bcc_create_map.restype = c.c_int
-    lib.bcc_create_map.argtypes = [c.c_int, c.c_char_p, c.c_int, c.c_int, c.c_int, c.c_int]
-    lib.bcc_prog_load.restype = c.c_int
-    lib.bcc_prog_load.argtypes = [c.c_int, c.c_char_p, c.c_void_p, c.c_int, c.c_char_p,
-                                  c.c_uint, c.c_int, c.c_char_p, c.c_uint]
-    lib.bpf_attach_raw_tracepoint.restype = c.c_int
-    lib.bpf_attach_raw_tracepoint.argtypes = [c.c_int, c.c_char_p]
     lib.bpf_num_tables.restype = c.c_ulonglong
     lib.bpf_num_tables.argtypes = [c.c_void_p]
     for fn in ("bpf_table_fd_id", "bpf_table_type_id", "bpf_table_flags_id"):
@@ -98,14 +105,14 @@ def _libbcc():
         getattr(lib, fn).argtypes = [c.c_void_p, c.c_ulonglong]
     lib.bpf_table_name.restype = c.c_char_p
     lib.bpf_table_name.argtypes = [c.c_void_p, c.c_ulonglong]
-    return lib, str(bcc_version)
+    return lib
 
 
 def compile_object(source: Path, cflags: list[str],
                    programs: tuple[str, ...] = PROGRAMS) -> BpfObject:
     """Compile with bcc and keep the bytecode and map descriptions (bcc's own
     maps and module are released again; the descriptors stay recorded)."""
-    lib, _ver = _libbcc()
+    lib = _libbcc()
     from bcc import BPF
 
     try:
@@ -140,10 +147,9 @@ def compiled(source: Path, programs: tuple[str, ...],
              cache_dir: Path | None = CACHE_DIR) -> tuple[BpfObject, bool]:
     """The object of source (the bpf/ and kmod/ headers beside it), from the
     cache or compiled now; and whether it came from the cache."""
-    _lib, bcc_version = _libbcc()
     cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
     headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
-    key = cache_key(source, headers, cflags, bcc_version)
+    key = cache_key(source, headers, cflags, bcc_version())
     obj = load_cached(key, cache_dir) if cache_dir else None
     if obj is not None:
         return obj, True
@@ -160,68 +166,70 @@ def create_maps(obj: BpfObject, sizes: dict[str, int],
     """The object's maps (max_entries from sizes where named there): name ->
     descriptor, and the object's descriptors -> the new ones.  Every
     descriptor made is appended to fds_out, also when a later one fails."""
-    lib, _ver = _libbcc()
     fds, by_old = {}, {}
     for m in obj.maps:
-        fd = lib.bcc_create_map(m.type, m.name.encode(), m.key_size, m.value_size,
-                                sizes.get(m.name, m.max_entries), m.flags)
-        if fd < 0:
-            raise LoaderError(f"cannot create the BPF map {m.name}: "
-                              f"{os.strerror(ctypes.get_errno() or -fd)}")
+        try:
+            fd = bpfsys.map_create(m.type, m.name, m.key_size, m.value_size,
+                                   sizes.get(m.name, m.max_entries), m.flags)
+        except OSError as exc:
+            raise LoaderError(f"cannot create the BPF map {m.name}: {exc.strerror}") from exc
         fds_out.append(fd)
         fds[m.name], by_old[m.fd] = fd, fd
     return fds, by_old
 
 
-def _load_one(kind: int, name: str, code: bytes, obj: BpfObject,
-              log: ctypes.Array[ctypes.c_char] | None) -> int:
-    """A program's descriptor (< 0: refused), with the verifier's log if
-    a buffer is given: without one the verifier writes none, which is
-    faster, and a log that does not fit would make the load fail."""
-    lib, _ver = _libbcc()
-    return lib.bcc_prog_load(kind, name.encode(), code, len(code), obj.license.encode(),
-                             obj.kern_version, 1 if log is not None else 0, log,
-                             ctypes.sizeof(log) if log is not None else 0)
-
-
 def load_program(kind: int, name: str, obj: BpfObject, by_old: dict[int, int]) -> int:
     """Load one program of obj, its maps relocated; LoaderError with the
-    verifier's reasons if the kernel refuses it."""
+    verifier's reasons if the kernel refuses it.  The first try asks for no
+    log: the verifier is faster without, and a log that does not fit would
+    make the load fail."""
     try:
         code = relocate(obj.progs[name], by_old)
     except (KeyError, ObjectError) as exc:
         raise LoaderError(f"the BPF object is unusable: {exc}") from exc
-    fd = _load_one(kind, name, code, obj, None)
-    if fd >= 0:
-        return fd
-    err = ctypes.get_errno() or -fd
+    try:
+        return bpfsys.prog_load(kind, name, code, obj.license, obj.kern_version)
+    except OSError as exc:
+        err = exc.errno
     if err in (errno.E2BIG, errno.ENOSPC):
         # the verifier gave up on the program's size: its log would
         # take as long again to write, and says no more
         raise LoaderError(f"the kernel's verifier refused the BPF program {name}: "
                           f"{os.strerror(err)} (too complex for this kernel)")
     log = ctypes.create_string_buffer(VERIFIER_LOG_BYTES)
-    fd = _load_one(kind, name, code, obj, log)   # again, for the reasons
-    if fd < 0:
+    try:
+        return bpfsys.prog_load(kind, name, code, obj.license, obj.kern_version, log)
+    except OSError:     # again, for the reasons
         tail = log.value.decode(errors="replace").strip().splitlines()[-12:]
         raise LoaderError(f"the kernel refused the BPF program {name} "
-                          f"({os.strerror(err)}):\n" + "\n".join(tail))
-    return fd
+                          f"({os.strerror(err)}):\n" + "\n".join(tail)) from None
+
+
+def map_update(maps: dict[str, int], name: str, key: ctypes._CData,
+               value: ctypes._CData) -> None:
+    try:
+        bpfsys.map_update(maps[name], key, value)
+    except OSError as exc:
+        raise LoaderError(f"cannot update the BPF map {name}: {exc.strerror}") from exc
+
+
+def map_lookup(maps: dict[str, int], name: str, key: ctypes._CData,
+               value: ctypes._CData) -> None:
+    try:
+        bpfsys.map_lookup(maps[name], key, value)
+    except OSError as exc:
+        raise LoaderError(f"cannot read the BPF map {name}: {exc.strerror}") from exc
 
 
 def read_drops(map_fd: int) -> tuple[int, int]:
     """The per-CPU drop counters of a program (the map "drops": slot 0,
     records dropped in all; slot 1, dropped but not yet reported in a
     record), summed over the CPUs."""
-    from bcc.utils import get_possible_cpus
-
-    lib, _ver = _libbcc()
-    ncpu = len(get_possible_cpus())
+    ncpu = bpfsys.possible_cpus()
     out = []
     for slot in (0, 1):
         vals = (ctypes.c_uint64 * ncpu)()
-        if lib.bpf_lookup_elem(map_fd, ctypes.byref(ctypes.c_int(slot)), vals) < 0:
-            raise LoaderError("cannot read the BPF map drops")
+        map_lookup({"drops": map_fd}, "drops", ctypes.c_int(slot), vals)
         out.append(sum(vals))
     return out[0], out[1]
 
@@ -233,22 +241,24 @@ class Probes:
     kernel detaches the programs and frees the maps."""
 
     def __init__(self, all_maps: bool, buffer_kb: int, histogram: bool = False) -> None:
-        self.lib, _bcc_version = _libbcc()
         self.fds: list[int] = []               # maps and programs
-        self.probe_fds: list[tuple[bytes, int]] = []
+        self.probe_fds: list[int] = []
         self.tp_fds: list[int] = []
         self.attached: list[str] = []
         self.ring: RingReader | None = None
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
-        obj, _cached = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
+        obj, cached = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
+        PHASES.done("BPF object " + ("(cached)" if cached else "(compiled)"))
         try:
             self.maps = self._create_maps(obj)
             self._configure(all_maps, histogram)
             self.progs = self._load_programs(obj)
+            PHASES.done("BPF maps and programs loaded (verifier)")
             self._attach(all_maps)
             self.ring = RingReader(self.maps["events"], self.buffer_bytes)
+            PHASES.done("BPF programs attached, ring buffer mapped")
         except BaseException:
             self.close()
             raise
@@ -275,13 +285,11 @@ class Probes:
             self.fds.append(fd)
         return out
 
-    def _attach_one(self, kind: int, event: str, prog: str, maxactive: int = 0) -> None:
-        ev_name = ("p_" if kind == BPF_PROBE_ENTRY else "r_") + event
-        fd = self.lib.bpf_attach_kprobe(self.progs[prog], kind, ev_name.encode(),
-                                        event.encode(), 0, maxactive)
-        if fd < 0:
-            raise LoaderError(f"cannot attach a kprobe to {event}")
-        self.probe_fds.append((ev_name.encode(), fd))
+    def _attach_one(self, event: str, prog: str, retprobe: bool = False) -> None:
+        try:
+            self.probe_fds.append(bpfsys.attach_kprobe(event, self.progs[prog], retprobe))
+        except OSError as exc:
+            raise LoaderError(f"cannot attach a kprobe to {event}: {exc.strerror}") from exc
 
     def _attach(self, all_maps: bool) -> None:
         """The helper's tracepoints; the ioremap family only for --all (the
@@ -290,17 +298,18 @@ class Probes:
         if all_maps and not family:
             raise LoaderError("this kernel has no ioremap function to probe")
         for fn in family:
-            self._attach_one(BPF_PROBE_ENTRY, fn, "on_ioremap_entry")
-            self._attach_one(BPF_PROBE_RETURN, fn, "on_ioremap_return", KRETPROBE_MAXACTIVE)
+            self._attach_one(fn, "on_ioremap_entry")
+            self._attach_one(fn, "on_ioremap_return", retprobe=True)
             self.attached.append(fn)
-        self._attach_one(BPF_PROBE_ENTRY, "iounmap", "on_iounmap")
+        self._attach_one("iounmap", "on_iounmap")
         self.attached.append("iounmap")
         for prog, tp in TRACEPOINT_PROGRAMS.items():
-            fd = self.lib.bpf_attach_raw_tracepoint(self.progs[prog], tp.encode())
-            if fd < 0:
+            try:
+                fd = bpfsys.raw_tracepoint_open(tp, self.progs[prog])
+            except OSError as exc:
                 raise LoaderError(f"cannot attach to the helper's tracepoint {tp} "
-                                  f"({os.strerror(-fd) if fd < -1 else 'refused'}): "
-                                  "is the loaded mmiotng module of this version?")
+                                  f"({exc.strerror}): is the loaded mmiotng module of "
+                                  "this version?") from exc
             self.tp_fds.append(fd)
             self.attached.append(tp)
 
@@ -319,31 +328,16 @@ class Probes:
         assert self.ring is not None
         self.ring.consume(nbytes)
 
-    def _lookup(self, name: str, key: ctypes._SimpleCData, value: ctypes.Array) -> None:
-        if self.lib.bpf_lookup_elem(self.maps[name], ctypes.byref(key), value) < 0:
-            raise LoaderError(f"cannot read the BPF map {name}")
-
-    def _update(self, name: str, key: ctypes._SimpleCData,
-                value: ctypes._SimpleCData | ctypes.Structure) -> None:
-        if self.lib.bpf_update_elem(self.maps[name], ctypes.byref(key),
-                                    ctypes.byref(value), 0) < 0:
-            raise LoaderError(f"cannot update the BPF map {name}")
+    def _update(self, name: str, key: ctypes._CData, value: ctypes._CData) -> None:
+        map_update(self.maps, name, key, value)
 
     def histogram(self) -> tuple[dict[tuple[int, int, int, int], NgHistVal], int]:
         """--histogram: {(phys, ip, op, width): counts} from the map "hist",
         and the accesses it had no room for."""
-        out: dict[tuple[int, int, int, int], NgHistVal] = {}
-        key, nxt = NgHistKey(), NgHistKey()
-        fd = self.maps["hist"]
-        prev = None
-        while self.lib.bpf_get_next_key(fd, prev, ctypes.byref(nxt)) == 0:
-            ctypes.memmove(ctypes.byref(key), ctypes.byref(nxt), ctypes.sizeof(key))
-            prev = ctypes.byref(key)
-            val = NgHistVal()
-            if self.lib.bpf_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)) == 0:
-                out[(key.phys, key.ip, key.op, key.width)] = val
+        out = {(k.phys, k.ip, k.op, k.width): v
+               for k, v in bpfsys.map_items(self.maps["hist"], NgHistKey, NgHistVal)}
         full = (ctypes.c_uint64 * 1)()
-        self._lookup("hist_full", ctypes.c_int(0), full)
+        map_lookup(self.maps, "hist_full", ctypes.c_int(0), full)
         return out, full[0]
 
     def drops(self) -> tuple[int, int]:
@@ -357,9 +351,8 @@ class Probes:
         for fd in reversed(self.tp_fds):
             os.close(fd)
         self.tp_fds = []
-        for ev_name, fd in reversed(self.probe_fds):
-            self.lib.bpf_close_perf_event_fd(fd)
-            self.lib.bpf_detach_kprobe(ev_name)   # a tracefs event, if one was made
+        for fd in reversed(self.probe_fds):
+            os.close(fd)
         self.probe_fds = []
         for fd in reversed(self.fds):
             os.close(fd)

@@ -11,12 +11,15 @@ import os
 import struct
 from pathlib import Path
 
+from .. import bpfsys
 from ..loader import (
     CACHE_DIR,
     LoaderError,
     compiled,
     create_maps,
     load_program,
+    map_lookup,
+    map_update,
     read_drops,
     source_dir,
 )
@@ -27,25 +30,13 @@ from .request import Watch
 BPF_PROG_TYPE_PERF_EVENT = 7
 PERF_TYPE_BREAKPOINT = 5
 HW_BREAKPOINT_W, HW_BREAKPOINT_RW = 2, 3
-PERF_ATTR_SIZE = 112                       # PERF_ATTR_SIZE_VER5
-PERF_FLAG_FD_CLOEXEC = 8
-PERF_EVENT_IOC_ENABLE = 0x2400
-PERF_EVENT_IOC_SET_BPF = 0x40042408        # _IOW('$', 8, __u32)
-NR_PERF_EVENT_OPEN = 298                   # x86_64
+PERF_ATTR_SIZE = bpfsys.PERF_ATTR_SIZE
 ONLINE = Path("/sys/devices/system/cpu/online")
 PROGRAMS = ("on_hit",)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
 def online_cpus(text: str | None = None) -> set[int]:
     """The CPUs in /sys/devices/system/cpu/online ("0-3,5")."""
-    cpus: set[int] = set()
-    for part in (ONLINE.read_text() if text is None else text).strip().split(","):
-        if part:
-            lo, _, hi = part.partition("-")
-            cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
+    return bpfsys.cpu_list(ONLINE.read_text() if text is None else text)
 
 
 def breakpoint_attr(w: Watch) -> bytes:
@@ -90,35 +81,29 @@ class KsymProbes:
             self.close()
             raise
 
-    def _update(self, name: str, key: ctypes._SimpleCData,
-                value: ctypes._SimpleCData | ctypes.Structure) -> None:
-        from ..loader import _libbcc
-
-        lib, _ver = _libbcc()
-        if lib.bpf_update_elem(self.maps[name], ctypes.byref(key), ctypes.byref(value), 0) < 0:
-            raise LoaderError(f"cannot update the BPF map {name}")
+    def _update(self, name: str, key: ctypes._CData, value: ctypes._CData) -> None:
+        map_update(self.maps, name, key, value)
 
     def _open_cpu(self, cpu: int) -> None:
         fds: list[int] = []
         self.events[cpu] = fds
         for w in self.watches:
-            attr = ctypes.create_string_buffer(breakpoint_attr(w), PERF_ATTR_SIZE)
-            fd = _libc.syscall(NR_PERF_EVENT_OPEN, attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
-            if fd < 0:
-                err = ctypes.get_errno()
-                if err == errno.ENOSPC:
+            try:
+                fd = bpfsys.perf_event_open(breakpoint_attr(w), -1, cpu)
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
                     raise WatchError(f"no free debug register on CPU {cpu} for {w.text} "
-                                     "(perf, a debugger or another ksym holds them)")
-                if err == errno.ENODEV:          # went offline just now
+                                     "(perf, a debugger or another ksym holds them)") from None
+                if exc.errno == errno.ENODEV:          # went offline just now
                     return
                 raise WatchError(f"the kernel refused a breakpoint on {w.text} "
-                                 f"(0x{w.addr:x}/{w.len}) on CPU {cpu}: {os.strerror(err)}")
+                                 f"(0x{w.addr:x}/{w.len}) on CPU {cpu}: {exc.strerror}") from None
             fds.append(fd)
-            if (_libc.ioctl(fd, PERF_EVENT_IOC_SET_BPF, self.prog) < 0
-                    or _libc.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) < 0):
-                err = ctypes.get_errno()
+            try:
+                bpfsys.attach_perf_event(fd, self.prog)
+            except OSError as exc:
                 raise WatchError(f"cannot attach to the breakpoint on {w.text}: "
-                                 f"{os.strerror(err)}")
+                                 f"{exc.strerror}") from None
 
     def refresh(self) -> list[int]:
         """Breakpoints on CPUs that came online since the last look (and
@@ -146,22 +131,10 @@ class KsymProbes:
     def histogram(self) -> tuple[dict[tuple[int, int], int], int]:
         """{(slot, ip): hits} from the map "hist", and the hits it had no
         room for."""
-        from ..loader import _libbcc
-
-        lib, _ver = _libbcc()
-        out: dict[tuple[int, int], int] = {}
-        key, nxt, val = NgKsymKey(), NgKsymKey(), ctypes.c_uint64()
-        fd = self.maps["hist"]
-        first = True
-        while lib.bpf_get_next_key(fd, None if first else ctypes.byref(key),
-                                   ctypes.byref(nxt)) == 0:
-            first = False
-            ctypes.memmove(ctypes.byref(key), ctypes.byref(nxt), ctypes.sizeof(key))
-            if lib.bpf_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)) == 0:
-                out[(key.slot, key.ip)] = val.value
+        out = {(k.slot, k.ip): v.value
+               for k, v in bpfsys.map_items(self.maps["hist"], NgKsymKey, ctypes.c_uint64)}
         full = ctypes.c_uint64()
-        lib.bpf_lookup_elem(self.maps["hist_full"], ctypes.byref(ctypes.c_int(0)),
-                            ctypes.byref(full))
+        map_lookup(self.maps, "hist_full", ctypes.c_int(0), full)
         return out, full.value
 
     def drops(self) -> tuple[int, int]:

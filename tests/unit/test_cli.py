@@ -151,19 +151,19 @@ def test_the_trace_parses_the_same_options():
     args = cli.parse_args([
         "--pci", "01:00.0", "--pci", "0000:03:00.0", "--all", "-o", "out.txt", "--compat",
         "--pc", "--pid", "--buffer-size-kb", "64", "--no-existing", "--singlestep",
-        "--raw", "out.raw", "--helper", "mmiotng.ko", "--", "modprobe", "e1000"])
-    assert vars(args) == {
+        "--raw", "out.raw", "--helper", "mmiotng.ko", "-v", "--", "modprobe", "e1000"])
+    assert vars(args) == {"verbose": True,
         "pci": ["01:00.0", "0000:03:00.0"], "all": True, "output": "out.txt",
         "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
         "no_existing": True, "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
         "histogram": False, "interval": None}
     assert vars(cli.parse_args(["--all"])) == {
-        "pci": [], "all": True, "output": None, "compat": False, "pc": False,
+        "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None}
     assert vars(cli.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
-        "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
+        "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0}
 
@@ -181,7 +181,7 @@ def test_histogram_option_errors(argv, message, capsys):
 TRACE_USAGE = """\
 usage: mmiotrace-ng [-h] [--version] [--pci BDF[@BARS]] [--all]
                     [--buffer-size-kb KB] [--no-existing] [--singlestep]
-                    [--helper KO] [-o FILE] [--compat] [--pc] [--pid]
+                    [--helper KO] [-v] [-o FILE] [--compat] [--pc] [--pid]
                     [--raw FILE] [--histogram] [-i SECONDS]
                     ...
 """
