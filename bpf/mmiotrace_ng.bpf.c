@@ -57,6 +57,8 @@ BPF_ARRAY(config, u32, NG_CONFIG_SLOTS);
  */
 BPF_HASH(hist, struct ng_hist_key, struct ng_hist_val, NG_HIST_ENTRIES);
 BPF_ARRAY(hist_full, u64, 1);
+/* when this CPU's access records last let the ring buffer wake the reader */
+BPF_PERCPU_ARRAY(woken_ns, u64, 1);
 
 static __always_inline u32 ng_config(int slot)
 {
@@ -255,6 +257,28 @@ int on_iounmap(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * How an access record is submitted.  Each wake-up of the reader is an
+ * irq_work on this CPU and a wake-up IPI to the reader's: per record, that
+ * was most of what the record cost.  So a CPU's access records let the
+ * ring buffer wake the reader (when it has read everything before them)
+ * at most every NG_WAKE_NS; the others go in without.  The reader also
+ * looks every 100 ms, and MARK records always wake it: a record waits at
+ * most that long, and one followed by others at most NG_WAKE_NS.
+ */
+static __always_inline u64 ng_access_wakeup(u64 now)
+{
+	int zero = 0;
+	u64 *last = woken_ns.lookup(&zero);
+
+	if (!last)
+		return 0;
+	if (now - *last < NG_WAKE_NS)
+		return BPF_RB_NO_WAKEUP;
+	*last = now;
+	return 0;
+}
+
 /* --histogram: one more access of this register from this place */
 static __always_inline void ng_count_access(const struct mmiotng_access *acc)
 {
@@ -310,7 +334,7 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	r->insn_len = acc.insn_len;
 	r->flags = acc.flags;
 	__builtin_memcpy(r->insn, acc.insn, sizeof(r->insn));
-	events.ringbuf_submit(r, 0);
+	events.ringbuf_submit(r, ng_access_wakeup(r->hdr.ts_ns));
 	return 0;
 }
 
@@ -329,6 +353,6 @@ int on_mark(struct bpf_raw_tracepoint_args *ctx)
 	r->pid = bpf_get_current_pid_tgid();
 	/* the helper's buffer always holds NG_MARK_MAX bytes */
 	bpf_probe_read_kernel(r->text, NG_MARK_MAX, text);
-	events.ringbuf_submit(r, 0);
+	events.ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }

@@ -29,6 +29,9 @@ enum ng_rec_type {
  * every device and buffer size.  What is traced is not among them: the
  * helper decides, and reports each mapping it arms (mmiotng_map).
  */
+/* access records wake the reader at most this often per CPU (ns) */
+#define NG_WAKE_NS	1000000
+
 enum ng_config {
 	NG_CONFIG_TRACER = 0,		/* the tracer's process id */
 	NG_CONFIG_ALL = 1,		/* 1: MAP every other mapping too, as with --all */

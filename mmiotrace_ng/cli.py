@@ -438,7 +438,8 @@ class Session:
 
 
 def trace(args: argparse.Namespace) -> int:
-    PHASES.enabled = args.verbose
+    if args.verbose:
+        PHASES.enable()
     PHASES.done("arguments")
     check_environment()
     ranges: list[tuple[int, int]] = []

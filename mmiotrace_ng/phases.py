@@ -30,13 +30,24 @@ class Phases:
         self.start = self.last = process_start()
         self.seen: list[tuple[str, float]] = []
 
+    def enable(self) -> None:
+        """Print the phases from now on, and those seen already."""
+        self.enabled = True
+        at = self.start
+        for name, took in self.seen:
+            at += took
+            self._print(at, took, name)
+
     def done(self, name: str) -> None:
         now = time.clock_gettime(time.CLOCK_BOOTTIME)
         took, self.last = now - self.last, now
         self.seen.append((name, took))
         if self.enabled:
-            print(f"mmiotrace-ng: {now - self.start:6.2f} s (+{took:5.2f} s) {name}",
-                  file=sys.stderr, flush=True)
+            self._print(now, took, name)
+
+    def _print(self, at: float, took: float, name: str) -> None:
+        print(f"mmiotrace-ng: {at - self.start:6.2f} s (+{took:5.2f} s) {name}",
+              file=sys.stderr, flush=True)
 
 
 PHASES = Phases()

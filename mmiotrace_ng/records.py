@@ -152,6 +152,7 @@ RECORD_CLASSES: Final[dict[NgRecType, type[ctypes.Structure]]] = {
 # C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
 # Module constants named NG_* are mirrors of the header's #defines/enum members.
 NG_HIST_ENTRIES: Final = 65536
+NG_WAKE_NS: Final = 1_000_000   # access records wake the reader at most this often per CPU
 
 
 class NgHistKey(ctypes.Structure):
