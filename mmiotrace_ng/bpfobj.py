@@ -14,14 +14,12 @@ of freshly created maps.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
 import struct
-import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 FORMAT = 1                       # bump when the cached layout changes
 CACHE_DIR = Path("/var/cache/mmiotrace-ng/bpf")
@@ -34,8 +32,7 @@ class ObjectError(Exception):
     """A cached object is unusable (the caller compiles afresh)."""
 
 
-@dataclass(frozen=True)
-class MapSpec:
+class MapSpec(NamedTuple):
     name: str
     fd: int                      # the descriptor the bytecode refers to
     type: int
@@ -45,8 +42,7 @@ class MapSpec:
     flags: int
 
 
-@dataclass(frozen=True)
-class BpfObject:
+class BpfObject(NamedTuple):
     maps: list[MapSpec]
     progs: dict[str, bytes]      # function name -> bytecode
     license: str
@@ -55,7 +51,7 @@ class BpfObject:
     def to_json(self) -> str:
         return json.dumps({
             "format": FORMAT,
-            "maps": [asdict(m) for m in self.maps],
+            "maps": [m._asdict() for m in self.maps],
             "progs": {k: v.hex() for k, v in self.progs.items()},
             "license": self.license,
             "kern_version": self.kern_version,
@@ -95,9 +91,22 @@ def relocate(code: bytes, fds: dict[int, int]) -> bytes:
     return bytes(out)
 
 
+def _sha256():  # noqa: ANN202 (hashlib's private type)
+    """SHA-256 from Python's own module: hashlib loads OpenSSL's libcrypto
+    first, a tenth of a second of every start in a TCG guest."""
+    try:
+        from _sha256 import sha256  # Python <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # Python >= 3.12
+        except ImportError:
+            from hashlib import sha256
+    return sha256()
+
+
 def cache_key(source: Path, headers: list[Path], cflags: list[str], bcc_version: str) -> str:
     """What the compiled object depends on: sources, flags, kernel and bcc."""
-    h = hashlib.sha256()
+    h = _sha256()
     for part in (str(FORMAT), platform.release(), platform.version(), bcc_version,
                  *cflags):
         h.update(part.encode() + b"\0")
@@ -135,6 +144,8 @@ def store(key: str, obj: BpfObject, cache_dir: Path = CACHE_DIR) -> None:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _trusted_dir(cache_dir):
             return
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             fh.write(obj.to_json())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -11,9 +12,8 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from . import __version__, pci, ringbuf
 from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
@@ -23,11 +23,12 @@ from .errors import EXIT_USAGE, UsageError
 from .loader import LoaderError, Probes
 from .output import ClosedPipe, closed_pipe, writing
 from .phases import PHASES
-from .rawfile import ACCESS_SIZE, NotRawFile, RawWriter
-from .records import NgRecType, record_sizes
+from .records import NgRecAccess, NgRecType, record_sizes
 from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
-from .symsnap import SymbolSnapshots
 from .vmalloc import existing_mappings, read_vmallocinfo
+
+if TYPE_CHECKING:   # imported where used: only recordings need them
+    from .rawfile import RawWriter
 
 PROG = "mmiotrace-ng"
 TRACING = Path("/sys/kernel/tracing")
@@ -63,8 +64,7 @@ Exit status: the command's status with -- CMD, 0 after Ctrl-C/SIGTERM,
 """
 
 
-@dataclass(frozen=True)
-class Subcommand:
+class Subcommand(NamedTuple):
     """A word after mmiotrace-ng that does something other than trace.
 
     summary: its line in mmiotrace-ng --help; description: its own --help's
@@ -272,8 +272,11 @@ class Session:
         self.probes: Probes | None = None
         self.raw = raw
         # a recording's symbols, modules unloaded while tracing included
+        if raw:
+            from .symsnap import SymbolSnapshots
         self.snapshots = SymbolSnapshots() if raw else None
         self.record = getattr(args, "record", False)     # records only, no text
+        self.access_size = ctypes.sizeof(NgRecAccess)
         self.regions: list = []          # --histogram: histogram.Region of each BAR
         self.syms = None
 
@@ -399,7 +402,7 @@ class Session:
             # the records as they are: counted, and the few that are not
             # accesses read (for the summary and the NOT traced notes)
             text = ""
-            used, accesses, others = ringbuf.committed(view, ACCESS_SIZE, limit)
+            used, accesses, others = ringbuf.committed(view, self.access_size, limit)
             self.renderer.counts[NgRecType.NG_REC_ACCESS] += accesses
             for rec in others:
                 self.renderer.feed(rec)
@@ -468,13 +471,18 @@ def trace(args: argparse.Namespace) -> int:
     try:
         out: BinaryIO = open(args.output, "wb") if args.output else sys.stdout.buffer
         if args.raw:
+            from .rawfile import RawWriter
+
             raw = RawWriter(args.raw)
     except OSError as exc:
         os.close(lock)
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from exc
     from .kmodload import ensure_loaded
+    from .loader import prefetch, source_dir
 
     try:
+        # the BPF programs compile (a first start) while the helper loads
+        prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c")
         ensure_loaded(args.helper)
         PHASES.done("helper module")
     except LoaderError:
@@ -601,7 +609,7 @@ def _report_setup(ap: argparse.ArgumentParser) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
-    from .rawfile import open_recording
+    from .rawfile import NotRawFile, open_recording
     from .tracefile import rendered_text
 
     try:

@@ -6,7 +6,7 @@ most accesses first, with the value of the latest access."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
 from .records import NgHistVal
@@ -14,8 +14,7 @@ from .records import NgHistVal
 OPS = {MMIOTNG_OP_READ: "R", MMIOTNG_OP_WRITE: "W"}
 
 
-@dataclass(frozen=True)
-class Region:
+class Region(NamedTuple):
     """A traced range: a device's BAR (or ROM)."""
 
     device: str

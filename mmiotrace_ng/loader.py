@@ -9,6 +9,8 @@ import importlib.util
 import os
 import re
 import sys
+import threading
+import time
 from pathlib import Path
 
 from . import bpfsys
@@ -143,10 +145,56 @@ def compile_object(source: Path, cflags: list[str],
         b.cleanup()
 
 
+class Prefetch(threading.Thread):
+    """`compiled` in a thread.  bcc's compiler runs without the GIL, so a
+    first start compiles while the tracer loads the helper module and the
+    netlink code (a second of a TCG guest's start)."""
+
+    def __init__(self, source: Path, programs: tuple[str, ...], cache_dir: Path | None) -> None:
+        super().__init__(name="BPF compile", daemon=True)
+        self.args = (source, programs, cache_dir)
+        self.result: tuple[BpfObject, bool] | None = None
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        try:
+            self.result = _compiled(*self.args)
+        except BaseException as exc:  # noqa: BLE001 (raised again by `compiled`)
+            self.error = exc
+        self.seconds = time.monotonic() - t0
+
+
+_prefetches: dict[tuple[Path, Path | None], Prefetch] = {}
+
+
+def prefetch(source: Path, programs: tuple[str, ...] = PROGRAMS,
+             cache_dir: Path | None = CACHE_DIR) -> None:
+    """Start getting the object of source; `compiled` takes it over."""
+    if (source, cache_dir) not in _prefetches:
+        _prefetches[(source, cache_dir)] = t = Prefetch(source, programs, cache_dir)
+        t.start()
+
+
 def compiled(source: Path, programs: tuple[str, ...],
              cache_dir: Path | None = CACHE_DIR) -> tuple[BpfObject, bool]:
     """The object of source (the bpf/ and kmod/ headers beside it), from the
-    cache or compiled now; and whether it came from the cache."""
+    cache or compiled now (or by the `prefetch` begun for it); and whether it
+    came from the cache."""
+    t = _prefetches.pop((source, cache_dir), None)
+    if t is None:
+        return _compiled(source, programs, cache_dir)
+    t.join()
+    if t.error is not None:
+        raise t.error
+    assert t.result is not None
+    PHASES.note(f"the BPF object took {t.seconds:.2f} s in the background")
+    return t.result
+
+
+def _compiled(source: Path, programs: tuple[str, ...],
+              cache_dir: Path | None) -> tuple[BpfObject, bool]:
     cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
     headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
     key = cache_key(source, headers, cflags, bcc_version())
@@ -250,7 +298,7 @@ class Probes:
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
         obj, cached = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
-        PHASES.done("BPF object " + ("(cached)" if cached else "(compiled)"))
+        PHASES.done("BPF object " + ("(cached)" if cached else "(compiled)") + ", waited for")
         try:
             self.maps = self._create_maps(obj)
             self._configure(all_maps, histogram)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 def _enter_pyroute2_lightly() -> None:
@@ -60,8 +60,7 @@ class HelperError(Exception):
         self.errno = code
 
 
-@dataclass
-class Status:
+class Status(NamedTuple):
     armed_pages: int
     mappings: int
     filters: int

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 # include/linux/ioport.h
 IORESOURCE_MEM: Final = 0x0000_0200
@@ -39,8 +38,7 @@ class NoMemoryBars(PciError):
     """The device has no memory BAR to trace."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class PciAddress:
+class PciAddress(NamedTuple):
     domain: int
     bus: int
     device: int
@@ -85,8 +83,7 @@ def device_dir(
     return path
 
 
-@dataclass(frozen=True, slots=True)
-class Bar:
+class Bar(NamedTuple):
     index: int
     start: int
     end: int

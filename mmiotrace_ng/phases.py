@@ -45,6 +45,11 @@ class Phases:
         if self.enabled:
             self._print(now, took, name)
 
+    def note(self, text: str) -> None:
+        """A line that is not a phase (printed when enabled)."""
+        if self.enabled:
+            print(f"mmiotrace-ng: {'':>10} {text}", file=sys.stderr, flush=True)
+
     def _print(self, at: float, took: float, name: str) -> None:
         print(f"mmiotrace-ng: {at - self.start:6.2f} s (+{took:5.2f} s) {name}",
               file=sys.stderr, flush=True)

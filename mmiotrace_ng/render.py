@@ -12,10 +12,9 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 from itertools import groupby, repeat
 from operator import add, and_, floordiv, mod, not_
-from typing import Final
+from typing import Final, NamedTuple
 
 from mmiotrace_ng import ringbuf
 from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
@@ -60,8 +59,7 @@ FMT_LOST: Final = "MARK 0.000000 Lost %u events.\n"  # mmio_read, l. 142
 PCI_NUM_PRINTED_RESOURCES: Final = 7  # BARs 0-5 and the ROM
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
+class Options(NamedTuple):
     """compat: print what the kernel's mmiotrace would (compat_op/width/value).
     show_pc: print the instruction address instead of 0x0 (the kernel's
     trace_pc=1 does so for R/W/UNKNOWN only; in compat mode MAP/UNMAP keep 0x0).

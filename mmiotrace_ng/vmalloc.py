@@ -7,12 +7,11 @@ holds its virtual range, its size (with one guard page) and phys=.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
-@dataclass
-class Existing:
+class Existing(NamedTuple):
     """An ioremap area of a traced range: virtual start, size (no guard page,
     at most to the end of the range) and physical start."""
 

@@ -105,9 +105,7 @@ def render(raw: Path, compat: bool = False) -> str:
 
 def helper_status() -> dict[str, int]:
     """The helper's counters (what `mmiotrace-ng status` prints), in-process."""
-    from dataclasses import asdict
-
     from mmiotrace_ng.netlink import HelperSocket
 
     with HelperSocket() as h:
-        return asdict(h.status())
+        return h.status()._asdict()
