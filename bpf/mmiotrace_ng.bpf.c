@@ -36,6 +36,12 @@ NG_SAME_SIZE(struct ng_rec_access, width, struct mmiotng_access, width);
 NG_SAME_SIZE(struct ng_rec_access, flags, struct mmiotng_access, flags);
 NG_SAME_SIZE(struct ng_rec_untraced, err, struct mmiotng_map, err);
 
+struct ng_map_cache {
+	u64 virt;
+	u32 gen;	/* map_ids_gen[0] when it was looked up */
+	s32 map_id;
+};
+
 struct ng_ioremap_args {
 	u64 phys;
 	u64 size;
@@ -59,6 +65,46 @@ BPF_HASH(hist, struct ng_hist_key, struct ng_hist_val, NG_HIST_ENTRIES);
 BPF_ARRAY(hist_full, u64, 1);
 /* when this CPU's access records last let the ring buffer wake the reader */
 BPF_PERCPU_ARRAY(woken_ns, u64, 1);
+/* [0]: bumped after every change of map_ids (map_cache's entries are of one) */
+BPF_ARRAY(map_ids_gen, u32, 1);
+/* the map id of the mapping of this CPU's last access */
+BPF_PERCPU_ARRAY(map_cache, struct ng_map_cache, 1);
+
+/* map_ids changed: cached map ids are looked up again */
+static __always_inline void ng_map_ids_changed(void)
+{
+	int zero = 0;
+	u32 *gen = map_ids_gen.lookup(&zero);
+
+	if (gen)
+		__sync_fetch_and_add(gen, 1);
+}
+
+/*
+ * The map id of the mapping at virt, -1 if none.  An access is most often
+ * through the mapping of the one before it on its CPU: that one's id is
+ * kept, valid until map_ids changes (the change is made before the bump,
+ * so an id read before a change is not taken after it).
+ */
+static __always_inline s32 ng_map_id(u64 virt)
+{
+	struct ng_map_cache *c;
+	int zero = 0;
+	s32 *found;
+	u32 *gen;
+
+	gen = map_ids_gen.lookup(&zero);
+	c = map_cache.lookup(&zero);
+	if (!gen || !c)
+		return -1;
+	if (c->virt == virt && c->gen == *gen)
+		return c->map_id;
+	c->gen = *gen;
+	found = map_ids.lookup(&virt);
+	c->virt = virt;
+	c->map_id = found ? *found : -1;
+	return c->map_id;
+}
 
 static __always_inline u32 ng_config(int slot)
 {
@@ -178,6 +224,7 @@ int on_ioremap_return(struct pt_regs *ctx)
 		goto out;
 	map_id = ng_new_map_id();
 	map_ids.update(&virt, &map_id);
+	ng_map_ids_changed();
 	r = ng_reserve(sizeof(*r), NG_REC_MAP);
 	if (!r)
 		goto out;
@@ -218,6 +265,7 @@ int on_map(struct bpf_raw_tracepoint_args *ctx)
 	}
 	map_id = ng_new_map_id();
 	map_ids.update(&ev.virt, &map_id);
+	ng_map_ids_changed();
 	r = ng_reserve(sizeof(*r), NG_REC_MAP);
 	if (!r)
 		return 0;
@@ -243,6 +291,7 @@ int on_iounmap(struct pt_regs *ctx)
 	if (found) {
 		map_id = *found;
 		map_ids.delete(&virt);
+		ng_map_ids_changed();
 	} else if (!ng_config(NG_CONFIG_ALL)) {
 		return 0;
 	}
@@ -306,7 +355,6 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	const struct mmiotng_access *a = (const void *)ctx->args[0];
 	struct mmiotng_access acc;
 	struct ng_rec_access *r;
-	s32 *map_id;
 
 	if (bpf_probe_read_kernel(&acc, sizeof(acc), a))
 		return 0;
@@ -320,8 +368,7 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	/* a single-stepped access is reported a little after it happened */
 	if (acc.ts_ns)
 		r->hdr.ts_ns = acc.ts_ns;
-	map_id = map_ids.lookup(&acc.map_virt);
-	r->map_id = map_id ? *map_id : -1;
+	r->map_id = ng_map_id(acc.map_virt);
 	r->phys = acc.phys;
 	r->value = acc.value;
 	r->compat_value = acc.compat_value;

@@ -29,8 +29,9 @@
  *    inside that read-side section (both are freed after a grace period),
  *    and reaches the device through its CPU's window.
  *  - ng_mode is read with READ_ONCE; the control path writes it.
- *  - The per-CPU ng_skip (MMIOTNG_MODE_TRAP_ONLY) is only touched by its
- *    CPU in the fault path, never in NMI; ng_skip_gen is atomic.
+ *  - The per-CPU ng_skip (MMIOTNG_MODE_TRAP_ONLY) and ng_decoded are only
+ *    touched by their CPU in the fault path, never in NMI (which may have
+ *    interrupted an update); ng_skip_gen is atomic.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -102,6 +103,8 @@ struct ng_emu_ctx {
 	const u8 *bytes;
 	unsigned int nbytes;
 	const struct ng_insn *insn;
+	/* the mapping the fault was on: the access is most likely in it */
+	struct ng_mapping *m;
 	/* a load waits for the registers it sets before it is reported */
 	bool pending;
 	/* a user page the instruction needs is not there (ng_fault_user) */
@@ -126,13 +129,17 @@ bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int widt
  * Where addr of an armed mapping is reached for the access: this CPU's
  * window onto its page (mmiotng_window.c); NULL if it is not in an armed
  * mapping (the other operand of a movs) or crosses a page.  *mp is set; the
- * caller asks ng_reported() whether the access is one to report.
+ * caller asks ng_reported() whether the access is one to report.  hint, if
+ * not NULL, is looked at before the list of mappings.
  */
-static void __iomem *ng_device(unsigned long addr, unsigned int width,
-			       struct ng_mapping **mp)
+static void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
+				  unsigned int width, struct ng_mapping **mp)
 {
-	struct ng_mapping *m = ng_find_mapping(addr);
+	struct ng_mapping *m = hint;
 	struct ng_page *pg;
+
+	if (!m || addr < m->base || addr - m->base >= m->len)
+		m = ng_find_mapping(addr);
 
 	if (!m || addr + width > m->base + m->len)
 		return NULL;
@@ -141,6 +148,12 @@ static void __iomem *ng_device(unsigned long addr, unsigned int width,
 		return NULL;
 	*mp = m;
 	return ng_window_map(pg, addr, width);
+}
+
+static void __iomem *ng_device(unsigned long addr, unsigned int width,
+			       struct ng_mapping **mp)
+{
+	return ng_device_at(NULL, addr, width, mp);
 }
 
 /* Whether an access through m at addr is inside the traced BAR. */
@@ -238,7 +251,7 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m;
-	void __iomem *io = ng_device(addr, width, &m);
+	void __iomem *io = ng_device_at(c->m, addr, width, &m);
 	int ret;
 
 	if (c->pending)
@@ -278,7 +291,7 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m;
-	void __iomem *io = ng_device(addr, width, &m);
+	void __iomem *io = ng_device_at(c->m, addr, width, &m);
 
 	if (c->pending)
 		ng_emit(c);
@@ -346,12 +359,12 @@ static DEFINE_PER_CPU(struct ng_user_page, ng_user_page);
 static atomic_t ng_user_inflight = ATOMIC_INIT(0);
 
 /* Emulate the faulting instruction. */
-static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, unsigned long addr,
-					   const u8 *bytes, unsigned int nbytes,
-					   const struct ng_insn *insn)
+static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mapping *m,
+					   unsigned long addr, const u8 *bytes,
+					   unsigned int nbytes, const struct ng_insn *insn)
 {
 	struct ng_emu_ctx c = {
-		.regs = regs, .bytes = bytes, .nbytes = nbytes, .insn = insn,
+		.regs = regs, .bytes = bytes, .nbytes = nbytes, .insn = insn, .m = m,
 	};
 	struct ng_user_page *u;
 	int ret;
@@ -474,6 +487,46 @@ static bool ng_trap_only(struct pt_regs *regs)
 	return true;
 }
 
+/*
+ * The instructions last decoded on this CPU: a fault at the same address
+ * with the same bytes (each fault of a driver's loop) reuses the decoding.
+ * The bytes are compared whole, so code that changed (a module loaded where
+ * another was) is decoded again.  An NMI does not use it: it may have
+ * interrupted its update.
+ */
+#define NG_DECODED	4	/* a power of two */
+
+struct ng_decoded {
+	unsigned long ip;
+	unsigned int nbytes;
+	u8 bytes[NG_COMPAT_MAX_BYTES];
+	struct ng_insn insn;
+};
+
+static DEFINE_PER_CPU(struct ng_decoded [NG_DECODED], ng_decoded);
+
+/* ng_decode() of the instruction at ip, through the cache; false: unknown. */
+static bool ng_decode_cached(unsigned long ip, const u8 *bytes, unsigned int nbytes,
+			     struct ng_insn *insn)
+{
+	struct ng_decoded *d;
+
+	if (in_nmi())
+		return ng_decode(bytes, nbytes, insn) == 0;
+	d = &this_cpu_ptr(ng_decoded)[(ip ^ (ip >> 6)) & (NG_DECODED - 1)];
+	if (d->ip == ip && d->nbytes == nbytes && !memcmp(d->bytes, bytes, nbytes)) {
+		*insn = d->insn;
+		return true;
+	}
+	if (ng_decode(bytes, nbytes, insn))
+		return false;
+	d->ip = ip;
+	d->nbytes = nbytes;
+	memcpy(d->bytes, bytes, nbytes);
+	d->insn = *insn;
+	return true;
+}
+
 enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
 
 /* Handle a fault on an armed page. */
@@ -510,9 +563,9 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	if (READ_ONCE(ng_mode) == MMIOTNG_MODE_TRAP_ONLY && ng_trap_only(regs))
 		goto out;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
-	decoded = nbytes && ng_decode(bytes, nbytes, &insn) == 0;
+	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn);
 	if (decoded && READ_ONCE(ng_mode) == MMIOTNG_MODE_EMULATE && !ng_step_forced(regs)) {
-		emu = ng_emulate_fault(regs, address, bytes, nbytes, &insn);
+		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, &insn);
 		if (emu == NG_EMULATED) {
 			this_cpu_inc(ng_stats.emulated);
 			goto out;
