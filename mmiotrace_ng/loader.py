@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import bpfsys
@@ -156,14 +157,18 @@ class Prefetch(threading.Thread):
         self.result: tuple[BpfObject, bool] | None = None
         self.error: BaseException | None = None
         self.seconds = 0.0
+        self.compiling = False      # not in the cache: bcc compiles it
 
     def run(self) -> None:
         t0 = time.monotonic()
         try:
-            self.result = _compiled(*self.args)
+            self.result = _compiled(*self.args, on_compile=self._compiling)
         except BaseException as exc:  # noqa: BLE001 (raised again by `compiled`)
             self.error = exc
         self.seconds = time.monotonic() - t0
+
+    def _compiling(self) -> None:
+        self.compiling = True
 
 
 _prefetches: dict[tuple[Path, Path | None], Prefetch] = {}
@@ -184,7 +189,10 @@ def compiled(source: Path, programs: tuple[str, ...],
     came from the cache."""
     t = _prefetches.pop((source, cache_dir), None)
     if t is None:
-        return _compiled(source, programs, cache_dir)
+        return _compiled(source, programs, cache_dir, on_compile=_say_compiling)
+    t.join(0.2)
+    if t.is_alive() and t.compiling:
+        _say_compiling()
     t.join()
     if t.error is not None:
         raise t.error
@@ -193,16 +201,20 @@ def compiled(source: Path, programs: tuple[str, ...],
     return t.result
 
 
-def _compiled(source: Path, programs: tuple[str, ...],
-              cache_dir: Path | None) -> tuple[BpfObject, bool]:
+def _say_compiling() -> None:
+    print("mmiotrace-ng: compiling the BPF programs (once per kernel) ...",
+          file=sys.stderr, flush=True)
+
+
+def _compiled(source: Path, programs: tuple[str, ...], cache_dir: Path | None,
+              on_compile: Callable[[], None]) -> tuple[BpfObject, bool]:
     cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
     headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
     key = cache_key(source, headers, cflags, bcc_version())
     obj = load_cached(key, cache_dir) if cache_dir else None
     if obj is not None:
         return obj, True
-    print("mmiotrace-ng: compiling the BPF programs (once per kernel) ...",
-          file=sys.stderr, flush=True)
+    on_compile()
     obj = compile_object(source, cflags, programs)
     if cache_dir:
         store(key, obj, cache_dir)

@@ -1,0 +1,36 @@
+"""The command's entry point.  Before the rest of the tool is imported (a
+second of a TCG guest's start), it begins getting the BPF programs (a
+compile on the first start for a kernel, seconds there) in a thread, when
+the arguments ask to trace; cli.main then does the rest."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+NOT_TRACING = {"-h", "--help", "--version"}
+
+
+def wants_programs(argv: list[str]) -> bool:
+    """Whether argv is a trace (options first) or `record` run by root, as
+    far as can be told without the parser: a wrong guess only starts the
+    early fetch for nothing, or leaves it to the trace."""
+    if os.geteuid() != 0:
+        return False
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    if not words or NOT_TRACING & set(words):
+        return False
+    return words[0].startswith("-") or words[0] == "record"
+
+
+def main() -> int:
+    if wants_programs(sys.argv[1:]):
+        from .loader import LoaderError, prefetch, source_dir
+
+        try:
+            prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c")
+        except LoaderError:
+            pass        # the trace says what is missing, in its place
+    from .cli import main as cli_main
+
+    return cli_main()
