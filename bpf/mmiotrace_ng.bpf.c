@@ -309,11 +309,13 @@ int on_iounmap(struct pt_regs *ctx)
 /*
  * How an access record is submitted.  Each wake-up of the reader is an
  * irq_work on this CPU and a wake-up IPI to the reader's: per record, that
- * was most of what the record cost.  So a CPU's access records let the
- * ring buffer wake the reader (when it has read everything before them)
- * at most every NG_WAKE_NS; the others go in without.  The reader also
- * looks every 100 ms, and MARK records always wake it: a record waits at
- * most that long, and one followed by others at most NG_WAKE_NS.
+ * was most of what the record cost.  So a CPU's access records wake the
+ * reader at most every NG_WAKE_NS, and then whether or not it has read
+ * everything before them (the ring buffer's own rule would not wake a
+ * reader that fell asleep with records unread); the others go in without.
+ * The reader also looks every 100 ms, and MARK records always wake it: a
+ * record waits at most that long, and one followed by others at most
+ * NG_WAKE_NS.
  */
 static __always_inline u64 ng_access_wakeup(u64 now)
 {
@@ -325,7 +327,7 @@ static __always_inline u64 ng_access_wakeup(u64 now)
 	if (now - *last < NG_WAKE_NS)
 		return BPF_RB_NO_WAKEUP;
 	*last = now;
-	return 0;
+	return BPF_RB_FORCE_WAKEUP;
 }
 
 /* --histogram: one more access of this register from this place */
