@@ -227,7 +227,6 @@ int ng_filter_del(phys_addr_t start, u64 size);
 int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys);
 void ng_disarm_all(void);
 int ng_set_mode(u32 mode);
-void ng_trap_only_reset(void);
 unsigned int ng_nr_filters(void);
 unsigned int ng_nr_mappings(void);
 void ng_get_stats(struct ng_stats *sum);

@@ -14,8 +14,10 @@
  *    leaves it unarmed (err < 0, why: it is NOT traced); the module is the
  *    one authority on what is traced.
  * 2. The generic-netlink family MMIOTNG_GENL_NAME: commands and attributes.
- *    MMIOTNG_ABI_VERSION changes whenever either part does; STATUS
- *    reports the version of the loaded module.
+ *    MMIOTNG_ABI_VERSION changes whenever either part does in a way the
+ *    other side must know (MMIOTNG_MODE_TRAP_ONLY came without a change:
+ *    the tracer never sends it); STATUS reports the version of the loaded
+ *    module.
  */
 #ifndef MMIOTNG_ABI_H
 #define MMIOTNG_ABI_H
@@ -133,9 +135,10 @@ enum mmiotng_attr {
 #define MMIOTNG_MODE_EMULATE	0	/* decode and emulate; single-step the rest */
 #define MMIOTNG_MODE_SINGLESTEP	1	/* single-step every access (benchmarks) */
 /*
- * Benchmarks only, refused unless the module was loaded with test_modes=1:
- * take the fault and skip the instruction, making no access and reporting
- * nothing (the floor of the cost of a trap).
+ * Benchmarks only, refused (EPERM) unless the module was loaded with
+ * test_modes=1: take the fault and skip the instruction, making no access
+ * and reporting nothing (the floor of the cost of a trap); instructions the
+ * decoder does not know are still single-stepped and reported.
  */
 #define MMIOTNG_MODE_TRAP_ONLY	2
 

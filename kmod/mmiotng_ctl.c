@@ -282,7 +282,8 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 
 static bool test_modes;
 module_param(test_modes, bool, 0444);
-MODULE_PARM_DESC(test_modes, "allow MMIOTNG_MODE_TRAP_ONLY (benchmarks: accesses are skipped, not made)");
+MODULE_PARM_DESC(test_modes,
+		 "allow MMIOTNG_MODE_TRAP_ONLY (benchmarks: accesses are skipped, not made)");
 
 int ng_set_mode(u32 mode)
 {
@@ -297,7 +298,6 @@ int ng_set_mode(u32 mode)
 	default:
 		return -EINVAL;
 	}
-	ng_trap_only_reset();
 	WRITE_ONCE(ng_mode, mode);
 	return 0;
 }

@@ -7,16 +7,18 @@
  * that path that can be hooked.  An ftrace ops with IPMODIFY (as livepatch
  * uses) sees every call: for a fault on an armed page it decodes the
  * instruction, performs the access through a window onto the device page
- * (mmiotng_window.c, never armed), updates the registers, reports the access and sends the
- * call to ng_fault_done(), which returns at once; for any other fault it
+ * (mmiotng_window.c, never armed), updates the registers, reports the
+ * access and sends the call to ng_fault_done(), which returns at once; for any other fault it
  * changes nothing and bad_area_nosemaphore() runs as it would without the
  * helper.  The original is never called through a pointer (no indirect
  * call into kernel text, which IBT forbids), and an ftrace ops, unlike a
  * kprobe, also runs while a kprobe handler is active on the CPU (a driver's
  * kprobe or a BPF program whose code touches the device).
  *
- * Instructions the decoder does not know are single-stepped
- * (mmiotng_step.c).
+ * Instructions the decoder does not know, and accesses one window cannot
+ * reach (across a page), are single-stepped (mmiotng_step.c).  The
+ * benchmarks' MMIOTNG_MODE_TRAP_ONLY skips instructions instead
+ * (ng_trap_only).
  *
  * Each access is reported through the tracepoint mmiotng_access
  * (mmiotng_trace.h), where the BPF side attaches a raw tracepoint program.
@@ -28,10 +30,15 @@
  *    it finds the mapping under RCU and uses mapping and filter only
  *    inside that read-side section (both are freed after a grace period),
  *    and reaches the device through its CPU's window.
- *  - ng_mode is read with READ_ONCE; the control path writes it.
- *  - The per-CPU ng_skip (MMIOTNG_MODE_TRAP_ONLY) and ng_decoded are only
- *    touched by their CPU in the fault path, never in NMI (which may have
- *    interrupted an update); ng_skip_gen is atomic.
+ *  - The mapping the fault is on is also the first one looked at for the
+ *    instruction's operands (ng_device_at), inside the same RCU section.
+ *  - ng_mode is read once per fault with READ_ONCE; the control path
+ *    writes it.
+ *  - The per-CPU ng_skip (MMIOTNG_MODE_TRAP_ONLY), ng_decoded and
+ *    ng_user_page are only touched by their CPU with interrupts off.  A
+ *    fault can nest in another's handling only from an NMI or from a probe
+ *    handler inside it: ng_fault_depth counts them (a single this_cpu
+ *    instruction each way), and a nested fault leaves the caches alone.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -126,28 +133,38 @@ bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int widt
 }
 
 /*
- * Where addr of an armed mapping is reached for the access: this CPU's
- * window onto its page (mmiotng_window.c); NULL if it is not in an armed
- * mapping (the other operand of a movs) or crosses a page.  *mp is set; the
- * caller asks ng_reported() whether the access is one to report.  hint, if
- * not NULL, is looked at before the list of mappings.
+ * Where the access [addr, addr + width) is made: this CPU's window onto the
+ * page of an armed mapping (mmiotng_window.c), and *mp is set to the
+ * mapping; NULL if no byte of it is in an armed mapping (the other operand
+ * of a movs: kernel or user memory); NG_UNREACHABLE if it is in one but
+ * one window cannot reach it all (it crosses a page, or the mapping's end):
+ * the instruction must be single-stepped.  hint, if not NULL, is looked at
+ * before the list of mappings.  The caller asks ng_reported() whether the
+ * access is one to report.
  */
+#define NG_UNREACHABLE	IOMEM_ERR_PTR(-EFAULT)
+
 static void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
 				  unsigned int width, struct ng_mapping **mp)
 {
+	unsigned long last = addr + width - 1;
 	struct ng_mapping *m = hint;
 	struct ng_page *pg;
+	void __iomem *io;
 
 	if (!m || addr < m->base || addr - m->base >= m->len)
 		m = ng_find_mapping(addr);
-
-	if (!m || addr + width > m->base + m->len)
-		return NULL;
+	if (!m)		/* its last byte may be in one */
+		return ((addr ^ last) & PAGE_MASK) && ng_find_mapping(last) ?
+		       NG_UNREACHABLE : NULL;
+	if (last - m->base >= m->len)
+		return NG_UNREACHABLE;
 	pg = ng_find_page(m, addr);
-	if (!pg)
-		return NULL;
+	io = pg ? ng_window_map(pg, addr, width) : NULL;
+	if (!io)
+		return NG_UNREACHABLE;
 	*mp = m;
-	return ng_window_map(pg, addr, width);
+	return io;
 }
 
 static void __iomem *ng_device(unsigned long addr, unsigned int width,
@@ -162,12 +179,16 @@ static bool ng_reported(const struct ng_mapping *m, unsigned long addr, unsigned
 	return ng_in_filter(m->filter, m->phys + (addr - m->virt), width);
 }
 
-/* Where [addr, addr + width) is reached (ng_device), under RCU; NULL if not MMIO. */
+/*
+ * Where [addr, addr + width) is reached (ng_device), under RCU; NULL if not
+ * MMIO or not reachable through one window.
+ */
 void __iomem *ng_device_addr(unsigned long addr, unsigned int width)
 {
 	struct ng_mapping *m;
+	void __iomem *io = ng_device(addr, width, &m);
 
-	return ng_device(addr, width, &m);
+	return IS_ERR(io) ? NULL : io;
 }
 
 /* The access itself, through the window; width is 1, 2, 4 or 8 (ng_emulate). */
@@ -257,6 +278,8 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 	if (c->pending)
 		ng_emit(c);
 	*val = 0;
+	if (IS_ERR(io))
+		return PTR_ERR(io);	/* single-stepped */
 	if (!io) {
 		/* the other operand of a movs: kernel or user memory */
 		if (addr >= TASK_SIZE_MAX)
@@ -295,6 +318,8 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 
 	if (c->pending)
 		ng_emit(c);
+	if (IS_ERR(io))
+		return PTR_ERR(io);	/* single-stepped */
 	if (!io) {
 		/* the other operand of a movs: kernel or user memory */
 		if (addr < TASK_SIZE_MAX) {
@@ -443,45 +468,43 @@ static bool ng_fault_raced(unsigned long address)
 
 /*
  * MMIOTNG_MODE_TRAP_ONLY (benchmarks, test_modes=1): the fault on an armed
- * page is taken and its instruction skipped, without decoding it: its
- * length is kept per CPU from the first fault at its address (decoded
- * then).  No access is made, nothing is reported.  An NMI does not use the
- * cache (it may have interrupted its update); ng_set_mode() invalidates it.
+ * page is taken and its instruction skipped, not decoded: the instruction
+ * at the address (its bytes, compared on each fault, and its length) is
+ * kept per CPU from the first fault there, when it is decoded.  No access
+ * is made: a load leaves its register as it was, a string instruction its
+ * counts, so only a driver that does not depend on what it reads (the
+ * exerciser's loops) can be run so.  Nothing is reported; an instruction
+ * the decoder does not know is single-stepped as in the other modes.
  */
 struct ng_skip {
 	unsigned long ip;
 	unsigned int len;
-	unsigned int gen;
+	u8 bytes[NG_COMPAT_MAX_BYTES];
 };
 
 static DEFINE_PER_CPU(struct ng_skip, ng_skip);
-static atomic_t ng_skip_gen = ATOMIC_INIT(1);
-
-void ng_trap_only_reset(void)
-{
-	atomic_inc(&ng_skip_gen);
-}
 
 /* Whether the faulting instruction was skipped (false: not decoded). */
-static bool ng_trap_only(struct pt_regs *regs)
+static bool ng_trap_only(struct pt_regs *regs, bool nested)
 {
 	struct ng_skip *k = this_cpu_ptr(&ng_skip);
-	unsigned int gen = atomic_read(&ng_skip_gen);
 	u8 bytes[NG_COMPAT_MAX_BYTES];
 	struct ng_insn insn;
 	unsigned int nbytes;
 
-	if (!in_nmi() && k->ip == regs->ip && k->gen == gen) {
+	if (!nested && k->ip == regs->ip && k->len &&
+	    !copy_from_kernel_nofault(bytes, (void *)regs->ip, k->len) &&
+	    !memcmp(bytes, k->bytes, k->len)) {
 		regs->ip += k->len;
 		return true;
 	}
 	nbytes = ng_fetch_insn(regs->ip, bytes);
 	if (!nbytes || ng_decode(bytes, nbytes, &insn))
 		return false;
-	if (!in_nmi()) {
+	if (!nested) {
 		k->ip = regs->ip;
 		k->len = insn.len;
-		k->gen = gen;
+		memcpy(k->bytes, bytes, insn.len);
 	}
 	regs->ip += insn.len;
 	return true;
@@ -491,10 +514,12 @@ static bool ng_trap_only(struct pt_regs *regs)
  * The instructions last decoded on this CPU: a fault at the same address
  * with the same bytes (each fault of a driver's loop) reuses the decoding.
  * The bytes are compared whole, so code that changed (a module loaded where
- * another was) is decoded again.  An NMI does not use it: it may have
- * interrupted its update.
+ * another was) is decoded again.  A nested fault (in an NMI, or in a probe
+ * handler that runs inside this fault's handling) does not use it: it may
+ * have interrupted its update.
  */
-#define NG_DECODED	4	/* a power of two */
+#define NG_DECODED	4
+static_assert((NG_DECODED & (NG_DECODED - 1)) == 0, "NG_DECODED: a power of two");
 
 struct ng_decoded {
 	unsigned long ip;
@@ -507,11 +532,11 @@ static DEFINE_PER_CPU(struct ng_decoded [NG_DECODED], ng_decoded);
 
 /* ng_decode() of the instruction at ip, through the cache; false: unknown. */
 static bool ng_decode_cached(unsigned long ip, const u8 *bytes, unsigned int nbytes,
-			     struct ng_insn *insn)
+			     struct ng_insn *insn, bool nested)
 {
 	struct ng_decoded *d;
 
-	if (in_nmi())
+	if (nested)
 		return ng_decode(bytes, nbytes, insn) == 0;
 	d = &this_cpu_ptr(ng_decoded)[(ip ^ (ip >> 6)) & (NG_DECODED - 1)];
 	if (d->ip == ip && d->nbytes == nbytes && !memcmp(d->bytes, bytes, nbytes)) {
@@ -529,6 +554,9 @@ static bool ng_decode_cached(unsigned long ip, const u8 *bytes, unsigned int nby
 
 enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
 
+/* Faults on armed pages being handled on this CPU (more than one: nested). */
+static DEFINE_PER_CPU(unsigned int, ng_fault_depth);
+
 /* Handle a fault on an armed page. */
 static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_code,
 				     unsigned long address)
@@ -538,8 +566,8 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	enum ng_emu_result emu;
 	struct ng_mapping *m;
 	struct ng_insn insn;
-	unsigned int nbytes;
-	bool decoded, may_sleep;
+	unsigned int nbytes, mode;
+	bool decoded, may_sleep, nested;
 
 	if (error_code & (X86_PF_PROT | X86_PF_USER | X86_PF_RSVD | X86_PF_INSTR |
 			  X86_PF_PK))
@@ -555,16 +583,18 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 		return ng_fault_raced(address) ? NG_HANDLED : NG_NOT_OURS;
 	}
 	this_cpu_inc(ng_stats.faults);
+	nested = this_cpu_inc_return(ng_fault_depth) > 1;
 	if (ng_stepping(regs->ip)) {
 		/* the stepped instruction touches another armed page */
 		ng_step_more(m, address);
 		goto out;
 	}
-	if (READ_ONCE(ng_mode) == MMIOTNG_MODE_TRAP_ONLY && ng_trap_only(regs))
+	mode = READ_ONCE(ng_mode);
+	if (mode == MMIOTNG_MODE_TRAP_ONLY && ng_trap_only(regs, nested))
 		goto out;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
-	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn);
-	if (decoded && READ_ONCE(ng_mode) == MMIOTNG_MODE_EMULATE && !ng_step_forced(regs)) {
+	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn, nested);
+	if (decoded && mode == MMIOTNG_MODE_EMULATE && !ng_step_forced(regs)) {
 		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, &insn);
 		if (emu == NG_EMULATED) {
 			this_cpu_inc(ng_stats.emulated);
@@ -582,6 +612,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	else	/* the mapping stays valid: freeing waits for the debug trap */
 		ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
 out:
+	this_cpu_dec(ng_fault_depth);
 	rcu_read_unlock();
 	return res;
 }

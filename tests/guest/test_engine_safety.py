@@ -15,6 +15,7 @@ import errno
 import mmap
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
@@ -107,7 +108,7 @@ def status() -> nl.Status:
 def test_stress_file_lists_the_new_scenarios(exerciser):
     names = [ln.split()[0] for ln in STRESS.read_text().splitlines() if ln.strip()]
     assert names == ["stride", "maploop", "kprobe_read", "window16", "straddle", "wc_loop",
-                     "watch_write", "watch_read"]
+                     "watch_write", "watch_read", "pagecross"]
     assert not set(names) & set(exerciser.scenarios())
     stress("stride 3")
     stress("maploop 100")
@@ -366,6 +367,41 @@ def test_mmio_read_from_a_kprobe_handler_is_traced(exerciser):
         assert t.stop() == 0
     recs = to_records(text, exerciser.bar0[0])
     assert ("R", 4, 0x00, IDENT) in recs, text
+
+
+def pagecross_values() -> tuple[int, int]:
+    """Run the pagecross scenario; the (readl, readq) values it logged."""
+    mark = f"ng-pagecross-{time.monotonic_ns()}"
+    Path("/dev/kmsg").write_text(mark + "\n")
+    stress("pagecross")
+    log = subprocess.run(["dmesg"], capture_output=True, text=True, check=True).stdout
+    m = re.findall(r"pagecross: readl 0x([0-9a-f]+) readq 0x([0-9a-f]+)",
+                   log[log.rindex(mark):])
+    assert len(m) == 1, log[log.rindex(mark):]
+    return int(m[0][0], 16), int(m[0][1], 16)
+
+
+def test_accesses_across_a_page_are_stepped_and_traced(exerciser):
+    """An access one window cannot reach (readl/writel at 0xffe, readq at
+    0xffc: across BAR0's first page) is single-stepped with both pages
+    present, traced with the value the driver got, and leaves nothing armed
+    (it used to re-enter the fault handler without end)."""
+    ensure_helper()
+    untraced = pagecross_values()
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-pagecross").start()
+    try:
+        traced = []
+        text = t.section(lambda: traced.append(pagecross_values()))
+    finally:
+        assert t.stop() == 0
+    assert traced == [untraced]
+    readl, readq = untraced
+    recs = [r for r in to_records(text, exerciser.bar0[0]) if r[0] in ("R", "W", "UNKNOWN")]
+    assert recs == [("R", 4, 0xFFE, readl), ("W", 4, 0xFFE, 0x5A5A5A5A),
+                    ("R", 8, 0xFFC, readq)], text
+    st = helper_status()
+    assert st["armed_pages"] == 0 and st["mappings"] == 0, st
+    exerciser.run("readl")
 
 
 # ---- item 8: rmmod with trace_marker writes in flight ---------------------

@@ -935,6 +935,27 @@ static int st_watch_read(struct edu_ex *ex, unsigned int count)
 	return 0;
 }
 
+/*
+ * Accesses across the boundary of BAR0's first two pages: readl and writel
+ * at 0xffe, readq at 0xffc.  The values read go to the kernel log, for the
+ * test to compare with the trace's.
+ */
+static int st_pagecross(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+	u64 q;
+	u32 l;
+
+	if (!base)
+		return -ENOMEM;
+	l = readl(base + 0xffe);
+	writel(0x5a5a5a5a, base + 0xffe);
+	q = readq(base + 0xffc);
+	edu_unmap(ex, base);
+	pr_info("pagecross: readl 0x%x readq 0x%llx\n", l, q);
+	return 0;
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -952,6 +973,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "COUNT writes of edu_watched from edu_watch_writer (no MMIO)" },
 	{ "watch_read", st_watch_read, true,
 	  "COUNT reads of edu_watched from edu_watch_reader (no MMIO)" },
+	{ "pagecross", st_pagecross, false,
+	  "readl, writel at 0xffe and readq at 0xffc: across BAR0's first page" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
