@@ -182,6 +182,11 @@ def prefetch(source: Path, programs: tuple[str, ...] = PROGRAMS,
         t.start()
 
 
+def prefetch_running() -> bool:
+    """Whether a prefetch is still at work (its result was never taken)."""
+    return any(t.is_alive() for t in _prefetches.values())
+
+
 def compiled(source: Path, programs: tuple[str, ...],
              cache_dir: Path | None = CACHE_DIR) -> tuple[BpfObject, bool]:
     """The object of source (the bpf/ and kmod/ headers beside it), from the

@@ -24,7 +24,8 @@ def wants_programs(argv: list[str]) -> bool:
 
 
 def main() -> int:
-    if wants_programs(sys.argv[1:]):
+    early = wants_programs(sys.argv[1:])
+    if early:
         from .loader import LoaderError, prefetch, source_dir
 
         try:
@@ -33,4 +34,18 @@ def main() -> int:
             pass        # the trace says what is missing, in its place
     from .cli import main as cli_main
 
-    return cli_main()
+    status = cli_main()
+    if early:
+        from .loader import prefetch_running
+
+        if prefetch_running():
+            # The run ended before it needed the programs (bad input, say)
+            # while bcc still compiles them: exit now, without the exit
+            # handlers, which would tear LLVM down under the compile.
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except OSError:
+                    pass
+            os._exit(status)
+    return status
