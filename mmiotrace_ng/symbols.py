@@ -7,17 +7,20 @@ from __future__ import annotations
 import bisect
 import gzip
 import lzma
+import re
 import struct
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 KALLSYMS = Path("/proc/kallsyms")
 TEXT_TYPES = frozenset("tTwW")
+_LINE = r"^([0-9a-f]+) ({types}) ({name})(?:\t\[([^\]\s]+)\])?$"
+_ADDR = re.compile(r"^([0-9a-f]+) ", re.MULTILINE)
+_NONZERO = re.compile(r"^0*[1-9a-f][0-9a-f]* ", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class Symbol:
+class Symbol(NamedTuple):
     addr: int
     type: str          # kallsyms' letter: t/T text, d/D data, b/B bss, r/R read-only ...
     name: str
@@ -29,43 +32,51 @@ class SymbolError(Exception):
 
 
 class Kallsyms:
+    """The text of /proc/kallsyms, searched as asked: a name by one regular
+    expression over the text, the tables (every address, the functions in
+    address order) built on first use.  Parsing all of it up front took
+    most of a ksym start in a TCG guest (150,000 lines)."""
+
     def __init__(self, text: str | None = None) -> None:
         if text is None:
             try:
                 text = KALLSYMS.read_text()
             except OSError as exc:
                 raise SymbolError(f"cannot read {KALLSYMS}: {exc.strerror}") from exc
-        syms = []
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) < 3:
-                continue
-            mod = parts[3][1:-1] if len(parts) > 3 else ""
-            syms.append(Symbol(int(parts[0], 16), parts[1], parts[2], mod))
-        if not syms or all(s.addr == 0 for s in syms):
+        if not _NONZERO.search(text):
             raise SymbolError(f"{KALLSYMS} shows no addresses (kernel.kptr_restrict, "
                               "or not root)")
-        syms.sort(key=lambda s: s.addr)
-        self.symbols = syms
-        self._addrs = [s.addr for s in syms]
-        text_syms = [s for s in syms if s.type in TEXT_TYPES]
-        self._text = text_syms
-        self._text_addrs = [s.addr for s in text_syms]
+        self.text = text
+        self._addrs: list[int] | None = None
+        self._text: list[Symbol] | None = None
+        self._text_addrs: list[int] = []
+
+    def _symbols(self, types: str, name: str) -> list[Symbol]:
+        pattern = re.compile(_LINE.format(types=types, name=name), re.MULTILINE)
+        out = [Symbol(int(a, 16), t, n, m) for a, t, n, m in pattern.findall(self.text)]
+        out.sort(key=lambda s: s.addr)
+        return out
 
     def named(self, name: str, module: str | None = None) -> list[Symbol]:
-        """Symbols called name (in module, or "" for the kernel; any if None)."""
-        return [s for s in self.symbols
-                if s.name == name and (module is None or s.module == module)]
+        """Symbols called name (in module, or "" for the kernel; any if None),
+        in address order."""
+        return [s for s in self._symbols(r"\S", re.escape(name))
+                if module is None or s.module == module]
 
     def gap_after(self, sym: Symbol) -> int | None:
         """Bytes from sym to the next symbol at a higher address, None if
         it is the last."""
+        if self._addrs is None:
+            self._addrs = sorted({int(a, 16) for a in _ADDR.findall(self.text)})
         i = bisect.bisect_right(self._addrs, sym.addr)
         return self._addrs[i] - sym.addr if i < len(self._addrs) else None
 
     def function(self, addr: int) -> str:
         """`name+0xoff/0xsize [module]` of the function addr is in, or the
         address in hex if it is in none."""
+        if self._text is None:
+            self._text = self._symbols("[tTwW]", r"\S+")
+            self._text_addrs = [s.addr for s in self._text]
         i = bisect.bisect_right(self._text_addrs, addr) - 1
         if i < 0:
             return f"0x{addr:x}"
