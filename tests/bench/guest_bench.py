@@ -44,7 +44,10 @@ WORK = Path("/tmp/bench")
 # one memcpy_toio never lets its trace_pipe reader run, see README.md)
 NS_COUNTS = {"rloop": 50_000, "wloop": 50_000, "cloop": 100_000}
 QUICK_NS_COUNTS = {"rloop": 5_000, "wloop": 5_000, "cloop": 10_000}
-REPEAT = 3
+REPEAT = 5
+# warm-up of a mode: full-size runs of each scenario until two in a row agree
+SETTLE_TOLERANCE = 0.15
+SETTLE_MAX_RUNS = 8
 # zero-loss search: scenario -> (first COUNT, largest COUNT tried)
 BURSTS = {"rloop": (20_000, 5_120_000),      # 20000 * 2**8
           "cloop": (20_000, 0xFF000)}        # the exerciser's limit for cloop
@@ -549,13 +552,19 @@ def time_scenarios(tracer: Tracer | None, counts: dict[str, int], label: str) ->
 
 
 def warm_up(tracer: Tracer | None, counts: dict[str, int]) -> None:
-    """One short run of each scenario, not measured: fills QEMU's translation
-    cache and lets the system settle after the tracer started."""
+    """Runs of each scenario, not measured, until two in a row agree within
+    SETTLE_TOLERANCE (at most SETTLE_MAX_RUNS): they fill QEMU's translation
+    cache and let the system settle after a tracer started (the first
+    seconds of a tracer are slower, by up to 2x)."""
     for name, count in counts.items():
-        if tracer:
-            tracer.run(name, min(count, 5000))
-        else:
-            run_scenario(name, min(count, 5000))
+        last, runs = None, 0
+        while runs < SETTLE_MAX_RUNS:
+            ns = tracer.run(name, count).ns if tracer else run_scenario(name, count)
+            runs += 1
+            if last is not None and abs(ns - last) <= SETTLE_TOLERANCE * last:
+                break
+            last = ns
+        log(f"warm-up: {name} {count}: {runs} runs")
 
 
 def fixed_cost(tracer: Tracer | None, label: str) -> dict:
