@@ -664,6 +664,17 @@ def install_helper(args: argparse.Namespace) -> int:
     path = dkms_install(release)
     print(f"mmiotrace-ng: mmiotng {dkms_version()} installed for {release} ({path}); DKMS "
           "rebuilds it for each new kernel", file=sys.stderr)
+    if release == os.uname().release:
+        # the first trace then starts as fast as the later ones (bcc needs
+        # the running kernel's headers: other kernels compile on first use)
+        from .ksym.probes import PROGRAMS as KSYM_PROGRAMS
+        from .loader import PROGRAMS, compiled, source_dir
+
+        for name, programs in (("mmiotrace_ng.bpf.c", PROGRAMS),
+                               ("ksym.bpf.c", KSYM_PROGRAMS)):
+            compiled(source_dir("bpf") / name, programs)
+        print("mmiotrace-ng: the BPF programs are compiled and cached for "
+              f"{release}", file=sys.stderr)
     return 0
 
 
@@ -717,7 +728,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
     Subcommand("install-helper", "install the helper module with DKMS",
                "Copy the helper module's sources to /usr/src/mmiotng-VERSION, register them "
                "with DKMS and build and install the module for this kernel; tracing then "
-               "loads it instead of building one.",
+               "loads it instead of building one.  For the running kernel it also compiles "
+               "the BPF programs into the cache, which a first trace would do.",
                _install_helper_setup, install_helper),
     Subcommand("mark", "write TEXT into the running trace as a MARK line",
                "Write TEXT to the kernel's trace_marker: a running mmiotrace-ng prints it "

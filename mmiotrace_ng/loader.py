@@ -158,8 +158,6 @@ class Prefetch(threading.Thread):
         self.error: BaseException | None = None
         self.seconds = 0.0
         self.compiling = False      # not in the cache: bcc compiles it
-        # set when what is left is bcc's compiler (no GIL), or at the end
-        self.unlocked = threading.Event()
 
     def run(self) -> None:
         t0 = time.monotonic()
@@ -168,11 +166,9 @@ class Prefetch(threading.Thread):
         except BaseException as exc:  # noqa: BLE001 (raised again by `compiled`)
             self.error = exc
         self.seconds = time.monotonic() - t0
-        self.unlocked.set()
 
     def _compiling(self) -> None:
         self.compiling = True
-        self.unlocked.set()
 
 
 _prefetches: dict[tuple[Path, Path | None], Prefetch] = {}
@@ -184,15 +180,6 @@ def prefetch(source: Path, programs: tuple[str, ...] = PROGRAMS,
     if (source, cache_dir) not in _prefetches:
         _prefetches[(source, cache_dir)] = t = Prefetch(source, programs, cache_dir)
         t.start()
-
-
-def prefetch_head_start(timeout: float = 30.0) -> None:
-    """Wait until the prefetches need the GIL no more (their object is read
-    from the cache, or only bcc's compiler is left): what the caller does
-    next would otherwise slow them down, and they are a first start's
-    longest part."""
-    for t in list(_prefetches.values()):
-        t.unlocked.wait(timeout)
 
 
 def prefetch_running() -> bool:

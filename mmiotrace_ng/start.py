@@ -1,9 +1,8 @@
 """The command's entry point.  Before the rest of the tool is imported (a
 second of a TCG guest's start), it begins getting the BPF programs (a
 compile on the first start for a kernel, seconds there) in a thread, when
-the arguments ask to trace, and lets that thread have the interpreter until
-it is down to bcc's compiler, which runs without the GIL: that is the first
-start's longest path.  cli.main then does the rest beside the compile."""
+the arguments ask to trace; cli.main then does the rest beside it (bcc's
+compiler runs without the GIL)."""
 
 from __future__ import annotations
 
@@ -28,14 +27,12 @@ def wants_programs(argv: list[str]) -> bool:
 def main() -> int:
     early = wants_programs(sys.argv[1:])
     if early:
-        from .loader import LoaderError, prefetch, prefetch_head_start, source_dir
+        from .loader import LoaderError, prefetch, source_dir
 
         try:
             prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c")
         except LoaderError:
             pass        # the trace says what is missing, in its place
-        else:
-            prefetch_head_start()
     from .cli import main as cli_main
 
     status = cli_main()

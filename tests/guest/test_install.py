@@ -116,6 +116,8 @@ def test_installed_wheel_traces_with_the_helper_from_dkms(installed, exerciser, 
         res = subprocess.run(["mmiotrace-ng", "install-helper"], cwd="/", env=env,
                              capture_output=True, text=True, timeout=1200)
         assert res.returncode == 0, res.stdout + res.stderr
+        assert f"the BPF programs are compiled and cached for {RELEASE}" in res.stderr, \
+            res.stderr
         status = subprocess.run(["dkms", "status", "mmiotng"], capture_output=True, text=True)
         assert re.search(rf"^mmiotng/\S+, {re.escape(RELEASE)}, x86_64: installed",
                          status.stdout, re.M), status.stdout
