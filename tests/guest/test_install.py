@@ -36,12 +36,9 @@ def installed(tmp_path_factory) -> dict[str, str]:
     venv = tmp_path_factory.mktemp("install") / "venv"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PATH"] = f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"
-    # no pip of its own (ensurepip takes most of a minute under TCG): the
-    # checkout's pip installs into it (pip --python)
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", "--system-site-packages",
-                    str(venv)], check=True, env=env, cwd="/")
-    subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "pip", "--python",
-                    str(venv / "bin" / "python"), "install", "-q", "--no-index",
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, env=env, cwd="/")
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-index",
                     "--find-links", str(DIST), "mmiotrace-ng"], check=True, timeout=600,
                    env=env, cwd="/")
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
