@@ -58,6 +58,11 @@ if ! "$repo/.venv/bin/python" -c 'import pyroute2, pytest, capstone, matplotlib'
     "$repo/.venv/bin/pip" install -q -e "$repo[test]"
 fi
 
+# Byte-code for the checkout, as pip makes it for an installed package: the
+# test VM runs Python with PYTHONDONTWRITEBYTECODE=1 (tests/vm/run), and
+# compiling the modules at every start costs most of a second under TCG.
+"$repo/.venv/bin/python" -m compileall -q "$repo/mmiotrace_ng" "$repo/tests" >/dev/null
+
 # the wheel users install, and the pyroute2 it needs, for the guest test
 # that installs it into a fresh venv (tests/guest/test_install.py)
 dist="$repo/tests/artifacts/dist"
