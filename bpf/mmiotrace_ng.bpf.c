@@ -308,8 +308,8 @@ int on_iounmap(struct pt_regs *ctx)
 
 /*
  * How an access record is submitted.  Each wake-up of the reader is an
- * irq_work on this CPU and a wake-up IPI to the reader's: per record, that
- * was most of what the record cost.  So a CPU's access records wake the
+ * irq_work on this CPU and a wake-up IPI to the reader's, which a reader
+ * that keeps up got for every record.  So a CPU's access records wake the
  * reader at most every NG_WAKE_NS, and then whether or not it has read
  * everything before them (the ring buffer's own rule would not wake a
  * reader that fell asleep with records unread); the others go in without.

@@ -554,7 +554,12 @@ def test_copy_to_user_from_bar_into_missing_page(exerciser):
         assert t.stop() == 0
     # Each round reads 0x1000..0x10ff from the device exactly once, in order,
     # in the widths the kernel's copy_to_user() uses (rep movsb on 6.1 with
-    # ERMS, 8-byte moves elsewhere), and the reader got those values.
+    # ERMS, 8-byte moves elsewhere), and the reader got those values.  A
+    # round's mapping may be one the helper could not arm (its spare
+    # mappings used up by ioremaps faster than it refills them): it is then
+    # not traced, and says so in the stream.
+    untraced = len(re.findall(rf"^MARK .* ioremap of 0x{base:x} size .* is NOT traced: ",
+                              text, re.M))
     recs = [r for r in to_records(text, base) if r[0] in ("R", "W", "UNKNOWN") and
             (r[1] if r[0] == "UNKNOWN" else r[2]) >= 0x1000]
     assert all(r[0] == "R" for r in recs), [r for r in recs if r[0] != "R"][:5]
@@ -567,7 +572,10 @@ def test_copy_to_user_from_bar_into_missing_page(exerciser):
         if pos == 0x1000 + COPY_LEN:
             rounds.append(data)
             data, pos = b"", 0x1000
-    assert pos == 0x1000 and rounds == got and len(got) == COPY_ROUNDS
+    assert pos == 0x1000 and len(got) == COPY_ROUNDS
+    assert all(r in got for r in rounds)
+    assert COPY_ROUNDS // 2 <= len(rounds) <= COPY_ROUNDS <= len(rounds) + untraced, \
+        (len(rounds), untraced)
     assert after.singlestepped == before.singlestepped
     assert exerciser.mismatches() == 0
 
