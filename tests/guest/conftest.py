@@ -33,6 +33,15 @@ EDU_ID = (0x1234, 0x11E8)
 
 IN_GUEST = os.environ.get("NGVM_GUEST") == "1"
 BAD_KERNEL_LOG = re.compile(r"Oops|BUG|WARNING|general protection|Call Trace")
+# How long the race and kill loops run: their lengths in tests/run keep the
+# suite within 20 minutes under TCG; NG_STRESS_SCALE=10 in the guest's
+# environment runs each ten times as long (a soak before a release).
+STRESS_SCALE = float(os.environ.get("NG_STRESS_SCALE", "1"))
+
+
+def stress_length(amount: float) -> float:
+    """A loop's length (seconds or cycles) scaled by NG_STRESS_SCALE."""
+    return amount * STRESS_SCALE
 
 
 def pytest_collection_modifyitems(config, items):

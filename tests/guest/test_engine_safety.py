@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXERCISER_DEBUGFS
+from conftest import EXERCISER_DEBUGFS, stress_length
 from held import ensure_helper
 from kernel_tracer import to_records
 from ng_tracer import MARKER, REPO, NgTracer, helper_status
@@ -37,6 +37,8 @@ IDENT = 0x010000ED
 PAGE = 4096
 HPET = 0xFED00000
 FOREVER = 100_000_000          # a COUNT that outlasts any test: stopped by SIGKILL
+# each race loop on two CPUs: tens of thousands of rounds under TCG
+RACE_SECONDS = stress_length(20.0)
 
 
 def dbg(name: str) -> int:
@@ -126,7 +128,7 @@ def test_arm_live_mapping_while_striding(exerciser):
     cycles = 0
     try:
         virt = wait_virt("stride_virt")
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + RACE_SECONDS
         with nl.HelperSocket() as h:
             while time.monotonic() < deadline and cycles < 5000:
                 h.filter_add(start, length)
@@ -228,7 +230,7 @@ def test_arm_existing_racing_iounmap(exerciser):
     codes: dict[int, int] = {}
     try:
         wait_virt("maploop_virt")
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + RACE_SECONDS
         with nl.HelperSocket() as h:
             h.filter_add(start, length)
             n = 0
@@ -583,7 +585,7 @@ def test_copy_to_user_from_bar_into_missing_page(exerciser):
 # ---- item 9: the kernel's own mmiotrace and a session exclude each other ----
 
 CURRENT_TRACER = Path("/sys/kernel/tracing/current_tracer")
-EXCLUSION_SECONDS = 30.0
+EXCLUSION_SECONDS = stress_length(15.0)
 
 
 def test_kernel_tracer_and_session_exclude_each_other(exerciser):

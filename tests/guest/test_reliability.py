@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import stress_length
 from held import ensure_helper
 from kernel_tracer import find_pci_device, to_records
 from ng_tracer import NG, REPO, NgTracer, helper_status
@@ -28,9 +29,9 @@ from mmiotrace_ng.abi import MmiotngCmd, Mode
 from mmiotrace_ng.vmalloc import read_vmallocinfo
 
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3"
-# kill cycles per test: 20 in tests/run (about 2 minutes of its 20 under
-# TCG); NG_KILL_CYCLES=200 in the guest's environment for a longer run
-KILL_CYCLES = int(os.environ.get("NG_KILL_CYCLES", "20"))
+# kill cycles per test: three at each of the CLI's four kinds of points
+# (a minute of tests/run under TCG); NG_STRESS_SCALE multiplies them
+KILL_CYCLES = round(stress_length(12))
 E1000_ID = (0x8086, 0x100E)
 
 def spawn_controller(start: int, length: int) -> tuple[int, int]:
