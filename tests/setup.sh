@@ -64,12 +64,18 @@ fi
 "$repo/.venv/bin/python" -m compileall -q "$repo/mmiotrace_ng" "$repo/tests" >/dev/null
 
 # the wheel users install, and the pyroute2 it needs, for the guest test
-# that installs it into a fresh venv (tests/guest/test_install.py)
+# of the installed tool (tests/guest/test_install.py) ...
 dist="$repo/tests/artifacts/dist"
 rm -rf "$dist" && mkdir -p "$dist"
 "$repo/.venv/bin/pip" wheel -q --no-deps --no-build-isolation -w "$dist" "$repo" >/dev/null
 pyroute2=$("$repo/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("pyroute2"))')
 "$repo/.venv/bin/pip" download -q --no-deps -d "$dist" "pyroute2==$pyroute2" >/dev/null
+# ... installed here into a fresh venv as a user installs it (pip under TCG
+# takes a minute and more, the guest test would spend it on pip)
+installed="$repo/tests/artifacts/installed"
+rm -rf "$installed"
+/usr/bin/python3 -m venv --system-site-packages "$installed"
+"$installed/bin/pip" install -q --no-index --find-links "$dist" mmiotrace-ng >/dev/null
 
 log "building the kernel modules for $KVER"
 for d in kmod tests/drivers/edu_exerciser; do

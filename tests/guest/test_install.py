@@ -1,6 +1,7 @@
-"""The tool as users install it: the wheel built from this repository
-(tests/setup.sh puts it in tests/artifacts/dist), installed into a fresh
-venv outside the repository and run from /, with the helper module either
+"""The tool as users install it: the wheel built from this repository,
+installed by pip into a fresh venv (tests/setup.sh makes both, in
+tests/artifacts/dist and tests/artifacts/installed) and run from /, with
+nothing of the checkout on its path, the helper module either
 built on first use from the sources the wheel ships or installed with DKMS
 by `mmiotrace-ng install-helper`."""
 
@@ -18,6 +19,7 @@ from conftest import EXERCISER_DEBUGFS
 from ng_tracer import REPO
 
 DIST = REPO / "tests" / "artifacts" / "dist"
+VENV = REPO / "tests" / "artifacts" / "installed"
 RELEASE = os.uname().release
 
 
@@ -27,24 +29,18 @@ def rmmod_helper() -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> dict[str, str]:
-    """A fresh venv with the wheel installed; the environment to run its
-    console script in, with nothing of the checkout on the path."""
-    wheels = sorted(DIST.glob("mmiotrace_ng-*.whl"))
-    if not wheels:
-        pytest.fail(f"no wheel in {DIST}: tests/setup.sh builds it", pytrace=False)
-    venv = tmp_path_factory.mktemp("install") / "venv"
+def installed() -> dict[str, str]:
+    """The venv tests/setup.sh installed the wheel into; the environment to
+    run its console script in, with nothing of the checkout on the path."""
+    if not sorted(DIST.glob("mmiotrace_ng-*.whl")) or not (VENV / "bin" / "mmiotrace-ng").exists():
+        pytest.fail(f"no wheel in {DIST} or no venv {VENV}: tests/setup.sh makes them",
+                    pytrace=False)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PATH"] = f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, env=env, cwd="/")
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-index",
-                    "--find-links", str(DIST), "mmiotrace-ng"], check=True, timeout=600,
-                   env=env, cwd="/")
-    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+    env["PATH"] = f"{VENV / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"
+    where = subprocess.run([str(VENV / "bin" / "python"), "-c",
                             "import mmiotrace_ng; print(mmiotrace_ng.__file__)"],
                            cwd="/", env=env, capture_output=True, text=True, check=True)
-    assert where.stdout.startswith(str(venv)), where.stdout
+    assert where.stdout.startswith(f"{VENV}/lib/"), where.stdout
     return env
 
 
