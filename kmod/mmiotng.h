@@ -19,10 +19,11 @@
  *  - ng_mutex serializes every change of the filter and mapping lists from
  *    process context (netlink commands, socket release, module exit).
  *  - ng_lock (raw spinlock, irqsave) guards the filter list, the mapping
- *    list, every ng_page and the unmap marks.  It is the only lock taken in
- *    atomic context (the ioremap/iounmap probes, the single-step path).
- *    Writers of the lists hold both.  Nothing is allocated or freed under
- *    it and nothing under it sleeps.
+ *    list, every ng_page and the unmap marks.  It is the only lock of the
+ *    module taken in atomic context (the ioremap/iounmap probes, the
+ *    single-step path).  Writers of the lists hold both.  Nothing is
+ *    allocated or freed under it and nothing under it sleeps.  (The ioremap
+ *    probe may allocate, GFP_NOWAIT, outside it and never on PREEMPT_RT.)
  *  - The fault path finds mappings under RCU (it runs with interrupts off)
  *    and takes no lock to emulate; a mapping is freed only after a grace
  *    period, a filter only after its mappings are gone and
@@ -47,8 +48,14 @@
 #define NG_MAX_FILTER_SIZE	BIT_ULL(32)	/* 4 GiB: larger BARs are refused */
 /* an instruction touches at most two operands, each on at most two pages */
 #define NG_STEP_PAGES		4
-/* mappings made ready for the ioremap probe, per filter (see ng_spare_get) */
-#define NG_SPARES		4
+/*
+ * Mappings made ready for the ioremap probe, per filter (see ng_spare_get):
+ * as many as NG_SPARE_BYTES hold, at least NG_SPARES_MIN (a 1 MiB range's
+ * mapping takes 16 KiB as allocated: 16 of them; a 64 MiB range's 1 MiB: 4).
+ */
+#define NG_SPARES_MIN		4
+#define NG_SPARES_MAX		32
+#define NG_SPARE_BYTES		(256 * 1024)
 
 struct ng_mapping;
 
@@ -65,11 +72,12 @@ struct ng_filter {
 	u64 page_len;		/* bytes of the whole pages it lies in */
 	/*
 	 * Mappings big enough for any mapping of the range, allocated in
-	 * process context: the ioremap probe takes one (it must not allocate)
-	 * and the refill work replaces it.  ng_lock.
+	 * process context: the ioremap probe takes one (on PREEMPT_RT it must
+	 * not allocate) and the refill work replaces it.  ng_lock.
 	 */
-	struct ng_mapping *spare[NG_SPARES];
+	struct ng_mapping *spare[NG_SPARES_MAX];
 	unsigned int nspare;
+	unsigned int spares;	/* how many it keeps */
 	unsigned int max_pages;
 	struct work_struct refill;
 	bool dying;		/* unlinked: unmapped mappings are not kept */
@@ -165,10 +173,12 @@ int ng_spares_init(struct ng_filter *f);
 void ng_spares_free(struct ng_filter *f);
 struct ng_mapping *ng_spare_get(struct ng_filter *f);
 void ng_spare_put(struct ng_filter *f, struct ng_mapping *m);
+struct ng_mapping *ng_mapping_atomic(unsigned long virt, unsigned long size);
 void ng_mapping_recycle(struct rcu_head *head);
 int ng_mapping_arm(struct ng_mapping *m, struct ng_filter *f);
 void ng_mapping_disarm(struct ng_mapping *m);
 struct ng_mapping *ng_find_mapping(unsigned long addr);
+bool ng_overlaps_mapping(unsigned long base, unsigned long len);
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr);
 void ng_page_arm(struct ng_page *pg);
 void ng_page_disarm(struct ng_page *pg);

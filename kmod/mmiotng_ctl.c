@@ -220,18 +220,6 @@ void ng_disarm_all(void)
 
 /* ---- mappings made before the session ------------------------------- */
 
-/* Whether an armed mapping overlaps [base, base + len).  ng_lock held. */
-static bool ng_overlaps_mapping(unsigned long base, unsigned long len)
-{
-	struct ng_mapping *m;
-
-	list_for_each_entry(m, &ng_mappings, node) {
-		if (base < m->base + m->len && m->base < base + len)
-			return true;
-	}
-	return false;
-}
-
 /*
  * Arm a mapping made before the session (found in /proc/vmallocinfo).
  * Every entry must map the claimed physical range, inside a filter; an

@@ -237,6 +237,19 @@ struct ng_mapping *ng_find_mapping(unsigned long addr)
 	return NULL;
 }
 
+/* Whether an armed mapping overlaps [base, base + len).  ng_lock held. */
+bool ng_overlaps_mapping(unsigned long base, unsigned long len)
+{
+	struct ng_mapping *m;
+
+	lockdep_assert_held(&ng_lock);
+	list_for_each_entry(m, &ng_mappings, node) {
+		if (base < m->base + m->len && m->base < base + len)
+			return true;
+	}
+	return false;
+}
+
 /* The filter that contains [phys, phys + size).  ng_lock or ng_mutex. */
 struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size)
 {
@@ -281,9 +294,18 @@ static long ng_count_pages(unsigned long base, unsigned long len)
 	return n;
 }
 
-static struct ng_mapping *ng_mapping_new(unsigned int capacity)
+/* Bytes of a mapping with room for capacity entries. */
+static size_t ng_mapping_bytes(unsigned int capacity)
 {
-	struct ng_mapping *m = kvzalloc(struct_size(m, pages, capacity), GFP_KERNEL);
+	struct ng_mapping *m;
+
+	return struct_size(m, pages, capacity);
+}
+
+/* GFP_KERNEL: kvzalloc; any other flags: kzalloc (kvmalloc's rule). */
+static struct ng_mapping *ng_mapping_new(unsigned int capacity, gfp_t gfp)
+{
+	struct ng_mapping *m = kvzalloc(ng_mapping_bytes(capacity), gfp);
 
 	if (m)
 		m->capacity = capacity;
@@ -328,7 +350,7 @@ struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
 		*err = npages;
 		return NULL;
 	}
-	m = ng_mapping_new(npages);
+	m = ng_mapping_new(npages, GFP_KERNEL);
 	if (!m) {
 		*err = -ENOMEM;
 		return NULL;
@@ -345,9 +367,12 @@ struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
 
 /*
  * The ioremap probe runs with preemption off: on PREEMPT_RT the allocator
- * takes sleeping locks there.  So each filter keeps NG_SPARES mappings with
+ * takes sleeping locks there.  So each filter keeps f->spares mappings with
  * room for any mapping of its range (one page more than the range: an
- * unaligned start), allocated in process context.
+ * unaligned start), allocated in process context.  A driver that maps in a
+ * loop while a kernel thread keeps the CPUs busy can still use them up
+ * before the refill work runs: outside PREEMPT_RT the probe then allocates
+ * one itself (ng_mapping_atomic).
  */
 static void ng_spares_refill(struct work_struct *w)
 {
@@ -356,11 +381,11 @@ static void ng_spares_refill(struct work_struct *w)
 	unsigned long flags;
 
 	for (;;) {
-		m = ng_mapping_new(f->max_pages);
+		m = ng_mapping_new(f->max_pages, GFP_KERNEL);
 		if (!m)
-			return;		/* the next probe finds none: refused, said */
+			return;		/* the next ng_spare_get() tries again */
 		ng_lock_irqsave(&flags);
-		if (f->nspare < NG_SPARES) {
+		if (f->nspare < f->spares) {
 			f->spare[f->nspare++] = m;
 			m = NULL;
 		}
@@ -375,10 +400,15 @@ static void ng_spares_refill(struct work_struct *w)
 /* Before the filter is listed. */
 int ng_spares_init(struct ng_filter *f)
 {
+	size_t bytes;
+
 	f->max_pages = f->page_len / PAGE_SIZE + 1;
+	/* what the allocator takes for one: kmalloc rounds up to a power of 2 */
+	bytes = roundup_pow_of_two(ng_mapping_bytes(f->max_pages));
+	f->spares = clamp_t(size_t, NG_SPARE_BYTES / bytes, NG_SPARES_MIN, NG_SPARES_MAX);
 	INIT_WORK(&f->refill, ng_spares_refill);
-	for (f->nspare = 0; f->nspare < NG_SPARES; f->nspare++) {
-		f->spare[f->nspare] = ng_mapping_new(f->max_pages);
+	for (f->nspare = 0; f->nspare < f->spares; f->nspare++) {
+		f->spare[f->nspare] = ng_mapping_new(f->max_pages, GFP_KERNEL);
 		if (!f->spare[f->nspare]) {
 			ng_spares_free(f);
 			return -ENOMEM;
@@ -395,13 +425,37 @@ void ng_spares_free(struct ng_filter *f)
 		ng_mapping_free(f->spare[--f->nspare]);
 }
 
-/* A spare of f, or NULL; ng_lock held.  Its replacement is on the way. */
+/*
+ * A spare of f, or NULL; ng_lock held.  Its replacement is on the way (and
+ * the refill is asked again when there is none: the last one may have
+ * found no memory).
+ */
 struct ng_mapping *ng_spare_get(struct ng_filter *f)
 {
+	lockdep_assert_held(&ng_lock);
+	schedule_work(&f->refill);
 	if (!f->nspare)
 		return NULL;
-	schedule_work(&f->refill);
 	return f->spare[--f->nspare];
+}
+
+/*
+ * A mapping with room for one of [virt, virt + size), allocated in the
+ * ioremap probe (outside ng_lock) when f has no spare left: NULL on
+ * PREEMPT_RT, where the allocator must not be called there, for one larger
+ * than PAGE_ALLOC_COSTLY_ORDER, or when there is no memory at once.  Its
+ * capacity is below f->max_pages, so it never becomes a spare.
+ */
+struct ng_mapping *ng_mapping_atomic(unsigned long virt, unsigned long size)
+{
+	long cap;
+
+	if (IS_ENABLED(CONFIG_PREEMPT_RT))
+		return NULL;
+	cap = ng_count_pages(virt & PAGE_MASK, PAGE_ALIGN((virt & ~PAGE_MASK) + size));
+	if (cap <= 0 || ng_mapping_bytes(cap) > PAGE_SIZE << PAGE_ALLOC_COSTLY_ORDER)
+		return NULL;
+	return ng_mapping_new(cap, GFP_NOWAIT | __GFP_NOWARN);
 }
 
 /*
@@ -418,7 +472,7 @@ void ng_mapping_recycle(struct rcu_head *head)
 	unsigned long flags;
 
 	ng_lock_irqsave(&flags);
-	if (!f->dying && m->capacity >= f->max_pages && f->nspare < NG_SPARES) {
+	if (!f->dying && m->capacity >= f->max_pages && f->nspare < f->spares) {
 		f->spare[f->nspare++] = m;
 		m = NULL;
 	}
@@ -427,13 +481,16 @@ void ng_mapping_recycle(struct rcu_head *head)
 		ng_mapping_free(m);
 }
 
-/* Give back a spare that was not used; ng_lock held. */
+/*
+ * Give back a spare that ng_spare_get() gave, in the same ng_lock section,
+ * and that was not used: its slot is free.
+ */
 void ng_spare_put(struct ng_filter *f, struct ng_mapping *m)
 {
-	if (f->nspare < NG_SPARES)
-		f->spare[f->nspare++] = m;
-	else
-		ng_mapping_free(m);	/* cannot happen: one was taken */
+	lockdep_assert_held(&ng_lock);
+	if (WARN_ON_ONCE(f->nspare >= f->spares))
+		return;		/* leaked: nothing is freed under ng_lock */
+	f->spare[f->nspare++] = m;
 }
 
 /*

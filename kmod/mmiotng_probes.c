@@ -14,7 +14,9 @@
  * Locking in this file:
  *  - The handlers run in probe context (preemption off), on any CPU at
  *    once; they never sleep and never print.  They take ng_lock (irqsave)
- *    for every look at the filter and mapping lists and the marks.
+ *    for every look at the filter and mapping lists and the marks.  The
+ *    ioremap probe allocates only when its filter's spares are used up,
+ *    GFP_ATOMIC, outside the lock, and never on PREEMPT_RT.
  *  - A mark that the kretprobe misses (no free instance) stays: that only
  *    refuses ARM_EXISTING at that address, it never lets an arm through.
  *    Marks that do not fit in the table are counted in ng_unmap_overflow,
@@ -127,16 +129,50 @@ static void ng_refuse(unsigned long virt, phys_addr_t phys, unsigned long size, 
 }
 
 /*
+ * Arm the new mapping [virt, virt + a->size) in a spare of its filter, or
+ * in *extra when the filter has none left (*extra is then used: NULL).
+ * -ENOMEM: no spare and no extra; -ENOENT: no filter wants it any more;
+ * -EEXIST: ARM_EXISTING armed it meanwhile (traced).  ng_lock held.
+ */
+static int ng_arm_new(unsigned long virt, const struct ng_ioremap_args *a,
+		      struct ng_mapping **extra)
+{
+	unsigned long base = virt & PAGE_MASK;
+	unsigned long len = PAGE_ALIGN((virt & ~PAGE_MASK) + a->size);
+	struct ng_filter *f = ng_find_filter(a->phys, a->size);
+	struct ng_mapping *m;
+	int ret;
+
+	if (!f)
+		return -ENOENT;
+	if (ng_overlaps_mapping(base, len))
+		return -EEXIST;
+	m = ng_spare_get(f) ?: *extra;
+	if (!m)
+		return -ENOMEM;
+	ret = ng_mapping_prepare(m, virt, a->phys, a->size);
+	if (!ret)
+		ret = ng_mapping_arm(m, f);
+	if (m == *extra) {
+		if (!ret)
+			*extra = NULL;
+	} else if (ret) {
+		ng_spare_put(f, m);
+	}
+	return ret;
+}
+
+/*
  * __ioremap_caller() returned: arm the new mapping before the driver can
  * use it, and report it (its MAP record), or report why it is not traced.
- * Probe context, preemption off: nothing allocated, nothing printed.
+ * Probe context, preemption off: nothing printed; nothing allocated but,
+ * outside PREEMPT_RT, a mapping when the filter's spares are used up.
  */
 static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
 	struct ng_ioremap_args *a = (void *)ri->data;
 	unsigned long virt = regs_return_value(regs);
-	struct ng_mapping *m;
-	struct ng_filter *f;
+	struct ng_mapping *extra = NULL;
 	unsigned long flags;
 	int ret;
 
@@ -148,19 +184,21 @@ static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 			ng_refuse(virt, a->phys, a->size, ret);
 		return 0;
 	}
-	/* a spare made ready in process context: nothing is allocated here */
 	ng_lock_irqsave(&flags);
-	f = ng_find_filter(a->phys, a->size);	/* it may have gone meanwhile */
-	m = f ? ng_spare_get(f) : NULL;
-	ret = m ? ng_mapping_prepare(m, virt, a->phys, a->size) : -ENOMEM;
-	if (!ret)
-		ret = ng_mapping_arm(m, f);
-	if (ret && m)
-		ng_spare_put(f, m);
+	ret = ng_arm_new(virt, a, &extra);
 	ng_unlock_irqrestore(flags);
+	if (ret == -ENOMEM) {
+		/* again with one of its own (or a spare that came back meanwhile) */
+		extra = ng_mapping_atomic(virt, a->size);
+		ng_lock_irqsave(&flags);
+		ret = ng_arm_new(virt, a, &extra);
+		ng_unlock_irqrestore(flags);
+		ng_mapping_free(extra);		/* NULL when it was used */
+	}
+	if (ret == -ENOENT || ret == -EEXIST)
+		return 0;			/* not wanted now, or traced already */
 	if (ret) {
-		if (f)
-			ng_refuse(virt, a->phys, a->size, ret);
+		ng_refuse(virt, a->phys, a->size, ret);
 		return 0;
 	}
 	ng_report_map(virt, a->phys, a->size, 0);
