@@ -16,7 +16,7 @@
  *    once; they never sleep and never print.  They take ng_lock (irqsave)
  *    for every look at the filter and mapping lists and the marks.  The
  *    ioremap probe allocates only when its filter's spares are used up,
- *    GFP_ATOMIC, outside the lock, and never on PREEMPT_RT.
+ *    GFP_NOWAIT, outside the lock, and never on PREEMPT_RT.
  *  - A mark that the kretprobe misses (no free instance) stays: that only
  *    refuses ARM_EXISTING at that address, it never lets an arm through.
  *    Marks that do not fit in the table are counted in ng_unmap_overflow,
