@@ -26,11 +26,18 @@
 #include <linux/rcupdate.h>
 
 #include "mmiotng.h"
+#include "mmiotng_compat.h"
 
 static int __init ng_init(void)
 {
+	const char *why = NULL;
 	int ret;
 
+	ret = ng_compat_check(&why);
+	if (ret) {
+		pr_err("cannot serve this machine: %s\n", why);
+		return ret;
+	}
 	ng_flush_init();
 	ret = ng_windows_init();
 	if (ret)

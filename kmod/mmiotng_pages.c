@@ -30,10 +30,10 @@
 #include <linux/smp.h>
 #include <linux/irq_work.h>
 #include <linux/workqueue.h>
-#include <asm/tlbflush.h>
 #include <asm/pgtable.h>
 
 #include "mmiotng.h"
+#include "mmiotng_compat.h"
 
 DEFINE_RAW_SPINLOCK(ng_lock);
 int ng_lock_cpu = -1;		/* the CPU holding ng_lock, or -1 */
@@ -42,7 +42,7 @@ LIST_HEAD(ng_mappings);
 
 static void ng_flush_one_cpu(void *unused)
 {
-	__flush_tlb_all();
+	ng_flush_tlb_local();
 }
 
 /* Flush every CPU's TLB; process context, interrupts on. */
@@ -62,7 +62,7 @@ static void ng_flush_now(void)
 {
 	int cpu, self = smp_processor_id();
 
-	__flush_tlb_all();
+	ng_flush_tlb_local();
 	for_each_online_cpu(cpu) {
 		if (cpu == self)
 			continue;

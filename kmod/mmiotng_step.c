@@ -34,9 +34,9 @@
 #include <linux/delay.h>
 #include <linux/notifier.h>
 #include <asm/debugreg.h>
-#include <asm/tlbflush.h>
 
 #include "mmiotng.h"
+#include "mmiotng_compat.h"
 #include "ng_decode.h"
 
 /* A register pointed at the window for the step. */
@@ -327,7 +327,7 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 		for (i = 0; i < s->npages; i++)
 			ng_page_absent(s->page[i]);
 		s->npages = 0;
-		__flush_tlb_all();
+		ng_flush_tlb_local();
 		ng_flush_soon();
 	} else if (s->npages) {
 		ng_lock_irqs_off();
@@ -339,7 +339,7 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 		}
 		ng_unlock_irqs_off();
 		s->npages = 0;
-		__flush_tlb_all();
+		ng_flush_tlb_local();
 		ng_flush_soon();
 	}
 

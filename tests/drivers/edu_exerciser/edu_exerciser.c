@@ -71,7 +71,9 @@
 #include <linux/uaccess.h>
 
 #include <asm/cpufeature.h>
-#include <asm/tlbflush.h>
+
+/* ng_flush_tlb_local(): the helper's, as it differs between kernels */
+#include "../../../kmod/mmiotng_compat.h"
 
 #define EDU_VENDOR_ID		0x1234
 #define EDU_DEVICE_ID		0x11e8
@@ -745,7 +747,7 @@ static int st_stride(struct edu_ex *ex, unsigned int count)
 		 */
 		if (READ_ONCE(ex->stride_flush)) {
 			preempt_disable();
-			__flush_tlb_all();
+			ng_flush_tlb_local();
 			preempt_enable();
 		}
 		for (p = 0; p < npages; p++)
