@@ -2,18 +2,25 @@
 # Install what mmiotrace-ng and its tests need, idempotently, on Debian 12
 # (host, test guest root, or a Vagrant box): Debian packages, a venv that
 # sees Debian's bcc, and the two kernel modules built for KVER.
-# Usage: tests/setup.sh [--no-apt] [--kernel VERSION]
+# Usage: tests/setup.sh [--no-apt] [--distro-python] [--kernel VERSION]
+# --distro-python (a release's root, tests/run --suite): no apt, no venv:
+# the distribution's python3 with its own bcc, pyroute2, pytest and the
+# rest, and the wheel installed with --no-deps, as a user of that release
+# installs it.
 # The kernel is Debian's default (the one linux-image-amd64 depends on,
 # 6.1 on bookworm) unless --kernel (or KVER=) names another installed one;
 # the last line printed is the version the modules were built for.
 set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 NO_APT=
+DISTRO=
 while [ $# -gt 0 ]; do
     case $1 in
         --no-apt) NO_APT=1 ;;
+        --distro-python) DISTRO=1; NO_APT=1 ;;
         --kernel) KVER=$2; shift ;;
-        *) echo "usage: tests/setup.sh [--no-apt] [--kernel VERSION]" >&2; exit 2 ;;
+        *) echo "usage: tests/setup.sh [--no-apt] [--distro-python] [--kernel VERSION]" >&2
+           exit 2 ;;
     esac
     shift
 done
@@ -49,36 +56,51 @@ if [ -z "$NO_APT" ] && [ ! -d "/lib/modules/$KVER/build" ]; then
 fi
 [ -d "/lib/modules/$KVER/build" ] || { log "no kernel headers for $KVER"; exit 2; }
 
-if [ ! -x "$repo/.venv/bin/python" ]; then
-    log "creating $repo/.venv (sees Debian's bcc)"
-    /usr/bin/python3 -m venv --system-site-packages "$repo/.venv"
-fi
-if ! "$repo/.venv/bin/python" -c 'import pyroute2, pytest, capstone, matplotlib' 2>/dev/null; then
-    log "installing Python packages"
-    "$repo/.venv/bin/pip" install -q -e "$repo[test]"
+if [ -n "$DISTRO" ]; then
+    py=/usr/bin/python3
+    "$py" -c 'import bcc, pyroute2, pytest, capstone, matplotlib' || {
+        log "the root lacks a Python package the tests need"; exit 2; }
+else
+    py="$repo/.venv/bin/python"
+    if [ ! -x "$py" ]; then
+        log "creating $repo/.venv (sees Debian's bcc)"
+        /usr/bin/python3 -m venv --system-site-packages "$repo/.venv"
+    fi
+    if ! "$py" -c 'import pyroute2, pytest, capstone, matplotlib' 2>/dev/null; then
+        log "installing Python packages"
+        "$repo/.venv/bin/pip" install -q -e "$repo[test]"
+    fi
 fi
 
 # Byte-code for the checkout, as pip makes it for an installed package: the
 # test VM runs Python with PYTHONDONTWRITEBYTECODE=1 (tests/vm/run), and
 # compiling the modules at every start costs most of a second under TCG.
-"$repo/.venv/bin/python" -m compileall -q "$repo/mmiotrace_ng" "$repo/tests" >/dev/null
+"$py" -m compileall -q -x 'tests/artifacts' "$repo/mmiotrace_ng" "$repo/tests" >/dev/null
 
 # the wheel users install, and the pyroute2 it needs, for the guest test
 # of the installed tool (tests/guest/test_install.py) ...
 dist="$repo/tests/artifacts/dist"
 rm -rf "$dist" && mkdir -p "$dist"
-"$repo/.venv/bin/pip" wheel -q --no-deps --no-build-isolation -w "$dist" "$repo" >/dev/null
-pyroute2=$("$repo/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("pyroute2"))')
-"$repo/.venv/bin/pip" download -q --no-deps -d "$dist" "pyroute2==$pyroute2" >/dev/null
+"$py" -m pip wheel -q --no-deps --no-build-isolation -w "$dist" "$repo" >/dev/null
 # ... installed here into a fresh venv as a user installs it (pip under TCG
-# takes a minute and more, the guest test would spend it on pip)
+# takes a minute and more, the guest test would spend it on pip); on a
+# release's root with that release's pyroute2 (--no-deps)
 installed="$repo/tests/artifacts/installed"
 rm -rf "$installed"
 /usr/bin/python3 -m venv --system-site-packages "$installed"
-"$installed/bin/pip" install -q --no-index --find-links "$dist" mmiotrace-ng >/dev/null
+if [ -n "$DISTRO" ]; then
+    "$installed/bin/pip" install -q --no-index --no-deps "$dist"/mmiotrace_ng-*.whl >/dev/null
+else
+    pyroute2=$("$py" -c 'import importlib.metadata as m; print(m.version("pyroute2"))')
+    "$py" -m pip download -q --no-deps -d "$dist" "pyroute2==$pyroute2" >/dev/null
+    "$installed/bin/pip" install -q --no-index --find-links "$dist" mmiotrace-ng >/dev/null
+fi
 
 log "building the kernel modules for $KVER"
+# (clean first: the checkout's objects may be another kernel's, or another
+# release's compiler's)
 for d in kmod tests/drivers/edu_exerciser; do
+    make -s -C "/lib/modules/$KVER/build" M="$repo/$d" clean >/dev/null
     make -s -C "/lib/modules/$KVER/build" M="$repo/$d" modules >/dev/null
 done
 # a helper that says it is of another interface version, for the guest test

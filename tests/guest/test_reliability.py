@@ -14,6 +14,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ import mmiotrace_ng.netlink as nl
 from mmiotrace_ng.abi import MmiotngCmd, Mode
 from mmiotrace_ng.vmalloc import read_vmallocinfo
 
-PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3"
+PY = sys.executable  # the guest's Python: the venv, or a release's own (tests/vm/run)
 # kill cycles per test: three at each of the CLI's four kinds of points
 # (a minute of tests/run under TCG); NG_STRESS_SCALE multiplies them
 KILL_CYCLES = round(stress_length(12))
