@@ -15,7 +15,8 @@
  *    (interrupts off), one for an NMI that comes in meanwhile.  A window is
  *    only used by its CPU, with interrupts off, so it needs no lock; its
  *    entry is rewritten (and the CPU's TLB entry for it dropped) only when
- *    the page it shows changes.
+ *    the page it shows changes, or when the CPU uses it under another PCID
+ *    than last time (ng_window_tlb.h says why).
  *  - ng_windows_reset() runs in process context after a grace period in
  *    which no CPU can be emulating (ng_teardown): it puts every window's
  *    original entry back, so that no device page stays mapped.
@@ -30,6 +31,7 @@
 #include <asm/tlbflush.h>
 
 #include "mmiotng.h"
+#include "ng_window_tlb.h"
 
 #define NG_WINDOWS	2	/* per CPU: fault path and debug trap; NMI */
 
@@ -37,16 +39,25 @@ struct ng_window {
 	unsigned long va;
 	pte_t *ptep;
 	pteval_t orig;		/* the entry vmalloc gave it */
-	pteval_t cur;		/* the entry it has now */
+	struct ng_window_tlb tlb;	/* the entry it has now, and where */
 };
 
 static DEFINE_PER_CPU(struct ng_window [NG_WINDOWS], ng_windows);
 static void *ng_window_area;
 
-/* Drop this CPU's TLB entry for va (flush_tlb_one_kernel is not exported). */
+/*
+ * Drop this CPU's TLB entry for va in the current PCID (and a global one):
+ * flush_tlb_one_kernel is not exported.
+ */
 static void ng_invlpg(unsigned long va)
 {
 	asm volatile("invlpg (%0)" : : "r" (va) : "memory");
+}
+
+/* The PCID of this CPU's address space now (0 without PCID). */
+static unsigned long ng_cur_pcid(void)
+{
+	return __native_read_cr3() & X86_CR3_PCID_MASK;
 }
 
 /*
@@ -80,16 +91,17 @@ void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
 {
 	struct ng_window *w;
 	pteval_t entry;
+	unsigned int act;
 
 	if ((addr & ~PAGE_MASK) + width > PAGE_SIZE)
 		return NULL;
 	w = &this_cpu_ptr(ng_windows)[in_nmi() ? 1 : 0];
 	entry = ng_window_entry(pg, addr);
-	if (w->cur != entry) {
+	act = ng_window_tlb_use(&w->tlb, entry, ng_cur_pcid());
+	if (act & NG_WTLB_SET)
 		set_pte_atomic(w->ptep, __pte(entry));
+	if (act & NG_WTLB_FLUSH)
 		ng_invlpg(w->va);
-		w->cur = entry;
-	}
 	return (void __iomem *)(w->va + (addr & ~PAGE_MASK));
 }
 
@@ -103,10 +115,10 @@ void ng_windows_reset(void)
 		struct ng_window *w = per_cpu_ptr(ng_windows, cpu);
 
 		for (i = 0; i < NG_WINDOWS; i++) {
-			if (w[i].cur == w[i].orig)
+			if (w[i].tlb.cur == w[i].orig)
 				continue;
 			set_pte_atomic(w[i].ptep, __pte(w[i].orig));
-			w[i].cur = w[i].orig;
+			w[i].tlb.cur = w[i].orig;
 			changed = true;
 		}
 	}
@@ -133,7 +145,7 @@ int ng_windows_init(void)
 				return -EFAULT;
 			}
 			w[i].orig = pte_val(*w[i].ptep);
-			w[i].cur = w[i].orig;
+			w[i].tlb.cur = w[i].orig;	/* first use: SET */
 		}
 	}
 	return 0;

@@ -129,8 +129,16 @@ def make_root(suite: Suite, log=print) -> Path:
     subprocess.run(["rm", "-rf", str(tmp)], check=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     log(f"building the {suite.name} root in {root} (mmdebstrap, a few minutes)")
-    debs = [f"--include={fetch_deb(path, log)}" for path in suite.pool_debs]
-    cmd = ["mmdebstrap", "--variant=apt", "--mode=root", *debs,
+    # the pool's packages: copied in and installed once the rest is there
+    hooks = []
+    debs = [str(fetch_deb(path, log)) for path in suite.pool_debs]
+    if debs:
+        hooks = ["--customize-hook=mkdir -p \"$1/tmp/pool\"",
+                 f"--customize-hook=copy-in {' '.join(debs)} /tmp/pool",
+                 "--customize-hook=chroot \"$1\" apt-get -o Acquire::Check-Valid-Until=false "
+                 "install -y -q --no-install-recommends /tmp/pool/*.deb",
+                 "--customize-hook=rm -rf \"$1/tmp/pool\""]
+    cmd = ["mmdebstrap", "--variant=apt", "--mode=root", *hooks,
            "--aptopt=Acquire::Check-Valid-Until \"false\"",
            "--aptopt=APT::Install-Recommends \"false\"",
            "--include=" + ",".join(suite.packages()),
