@@ -34,8 +34,10 @@ from ng_require import missing
 ROOT = Path(__file__).resolve().parents[2]
 KMOD = ROOT / "kmod"
 HARNESS_SRC = Path(__file__).with_name("decode_harness.c")
-KBUILD_DIRS = [Path("/lib/modules/6.1.0-57-amd64/build"),
-               Path("/lib/modules") / os.uname().release / "build"]
+# the kernel under test (tests/run sets MMIOTNG_KVER; a release's root has
+# its own kernels), Debian 12's, the running one
+KBUILD_DIRS = [Path("/lib/modules") / v / "build" for v in (
+    os.environ.get("MMIOTNG_KVER", "6.1.0-57-amd64"), "6.1.0-57-amd64", os.uname().release)]
 CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror", "-DNG_DECODE_HOST"]
 
 M64 = (1 << 64) - 1
@@ -1128,7 +1130,8 @@ def test_kernel_build_no_warnings(tmp_path):
         shutil.copy(KMOD / f, tmp_path / f)
     (tmp_path / "ngmain.c").write_text(
         '// SPDX-License-Identifier: GPL-2.0\n#include <linux/module.h>\n'
-        '#include "ng_decode.h"\nMODULE_LICENSE("GPL");\n')
+        '#include "ng_decode.h"\nMODULE_LICENSE("GPL");\n'
+        'MODULE_DESCRIPTION("ng_decode build test");\n')
     (tmp_path / "Kbuild").write_text("obj-m := ngdecode_test.o\n"
                                      "ngdecode_test-y := ng_decode.o ngmain.o\n")
     proc = subprocess.run(["make", "-C", str(kbuild), f"M={tmp_path}", "W=1", "modules"],

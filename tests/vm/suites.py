@@ -135,8 +135,9 @@ def make_root(suite: Suite, log=print) -> Path:
     if debs:
         hooks = ["--customize-hook=mkdir -p \"$1/tmp/pool\"",
                  f"--customize-hook=copy-in {' '.join(debs)} /tmp/pool",
-                 "--customize-hook=chroot \"$1\" apt-get -o Acquire::Check-Valid-Until=false "
-                 "install -y -q --no-install-recommends /tmp/pool/*.deb",
+                 "--customize-hook=chroot \"$1\" sh -c 'apt-get -o "
+                 "Acquire::Check-Valid-Until=false install -y -q --no-install-recommends "
+                 "/tmp/pool/*.deb'",
                  "--customize-hook=rm -rf \"$1/tmp/pool\""]
     cmd = ["mmdebstrap", "--variant=apt", "--mode=root", *hooks,
            "--aptopt=Acquire::Check-Valid-Until \"false\"",
@@ -156,9 +157,13 @@ def chroot_cmd(root: Path, repo: Path, cmd: str, env: dict[str, str] | None = No
     its own: nothing stays mounted when it ends."""
     exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in (env or {}).items())
     inner = (f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
-             f"HOME=/root LANG=C.UTF-8; {exports}cd {shlex.quote(str(repo))} && {cmd}")
+             f"HOME=/root LANG=C.UTF-8 PYTHONPATH={shlex.quote(str(repo))}; "
+             f"{exports}cd {shlex.quote(str(repo))} && {cmd}")
     r = shlex.quote(str(root))
-    setup = (f"set -e; for d in proc sys dev; do mount --rbind /$d {r}/$d; done; "
+    # the root a mount point of its own, so that a test's unshare can make
+    # its mounts private (unshare --propagation needs / to be a mount)
+    setup = (f"set -e; mount --bind {r} {r}; "
+             f"for d in proc sys dev; do mount --rbind /$d {r}/$d; done; "
              f"mkdir -p {r}{shlex.quote(str(repo))}; "
              f"mount --bind {shlex.quote(str(repo))} {r}{shlex.quote(str(repo))}; ")
     for extra in SHARED_FILES:
