@@ -1,13 +1,18 @@
 """The running kernel's symbols, from /proc/kallsyms: where a symbol is,
 and which function an address is in (`name+0xoff/0xsize [module]`, as the
-kernel's %pS prints it: a symbol's size is the distance to the next)."""
+kernel's %pS prints it: a symbol's size is the distance to the next); and
+the sizes of a module's data objects, from its file (.ko, or compressed as
+distributions ship it)."""
 
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import lzma
+import os
 import re
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -88,15 +93,97 @@ class Kallsyms:
                 + (f" [{s.module}]" if s.module else ""))
 
 
-def _open_module(path: Path) -> bytes:
-    data = path.read_bytes()
-    if path.suffix == ".xz":
-        return lzma.decompress(data)
-    if path.suffix == ".gz":
-        return gzip.decompress(data)
+MODULES_DIR = Path("/lib/modules")
+MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+_NO_ZSTD = ("neither Python's compression.zstd (3.14 on), the zstandard module nor the "
+            "zstd command (apt-get install zstd) is here to decompress it")
+
+
+def _unzstd(data: bytes, path: Path) -> bytes:
+    try:
+        from compression import zstd  # Python 3.14
+    except ImportError:
+        pass
+    else:
+        return zstd.decompress(data)
+    try:
+        import zstandard
+    except ImportError:
+        pass
+    else:
+        stream = zstandard.ZstdDecompressor().decompressobj()
+        out = stream.decompress(data)
+        if not stream.eof:             # a cut file decompresses in part, silently
+            raise SymbolError(f"cannot decompress {path}: the zstd stream ends early")
+        return out
+    exe = shutil.which("zstd")
+    if exe is None:
+        raise SymbolError(f"{path} is zstd-compressed, and {_NO_ZSTD}")
+    run = subprocess.run([exe, "-dcq"], input=data, capture_output=True)
+    if run.returncode:
+        err = run.stderr.decode(errors="replace").strip().splitlines()
+        raise SymbolError(f"{path}: zstd -d failed: {err[-1] if err else run.returncode}")
+    return run.stdout
+
+
+def read_module(path: Path) -> bytes:
+    """The ELF image of a module file: .ko, or .ko.xz, .ko.zst, .ko.gz
+    decompressed.  SymbolError if it cannot be read."""
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".xz":
+            return lzma.decompress(data)
+        if path.suffix == ".gz":
+            return gzip.decompress(data)
+    except OSError as exc:          # gzip's BadGzipFile is one
+        raise SymbolError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (lzma.LZMAError, EOFError) as exc:
+        raise SymbolError(f"cannot decompress {path}: {exc}") from exc
     if path.suffix == ".zst":
-        raise SymbolError(f"{path}: zstd-compressed modules are not read (give /LEN)")
+        try:
+            return _unzstd(data, path)
+        except SymbolError:
+            raise
+        except Exception as exc:    # each decompressor has its own error class
+            raise SymbolError(f"cannot decompress {path}: {exc}") from exc
     return data
+
+
+def _module_name(file_name: str) -> str | None:
+    for suffix in MODULE_SUFFIXES:
+        if file_name.endswith(suffix):
+            return file_name[:-len(suffix)].replace("-", "_")
+    return None
+
+
+def _modinfo(module: str) -> Path | None:
+    try:
+        run = subprocess.run(["modinfo", "-n", module], capture_output=True, text=True)
+    except OSError:                 # no modinfo (kmod)
+        return None
+    path = Path(run.stdout.strip()) if run.returncode == 0 else None
+    return path if path and path.is_file() else None
+
+
+def _modules_dep(module: str, release: str) -> Path | None:
+    top = MODULES_DIR / release
+    try:
+        dep = (top / "modules.dep").read_text()
+    except OSError:
+        return None
+    want = module.replace("-", "_")
+    for line in dep.splitlines():
+        name = line.partition(":")[0].strip()
+        if name and _module_name(name.rpartition("/")[2]) == want:
+            path = top / name        # absolute if name is
+            return path if path.is_file() else None
+    return None
+
+
+def module_file(module: str) -> Path | None:
+    """The file of a module of the running kernel (.ko, .ko.xz, .ko.zst or
+    .ko.gz): as modinfo -n finds it, else from modules.dep; None if neither has it."""
+    return _modinfo(module) or _modules_dep(module, os.uname().release)
 
 
 def elf_object_sizes(elf: bytes) -> dict[str, int]:
@@ -123,12 +210,24 @@ def elf_object_sizes(elf: bytes) -> dict[str, int]:
 
 
 def module_object_size(module: str, name: str) -> int | None:
-    """The size of a data object of a loaded module, from its .ko file."""
-    path = subprocess.run(["modinfo", "-n", module], capture_output=True,
-                          text=True).stdout.strip()
-    if not path or not Path(path).is_file():
+    """The size of a data object of a loaded module, from its module file;
+    None if no file of the module is found, SymbolError (saying why) if the
+    file cannot be read or has no such object."""
+    path = module_file(module)
+    if path is None:
         return None
+    size = _module_sizes(path).get(name)
+    if size is None:
+        raise SymbolError(f"{path} has no data object {name}")
+    return size
+
+
+@functools.lru_cache(maxsize=4)
+def _module_sizes(path: Path) -> dict[str, int]:
+    elf = read_module(path)
     try:
-        return elf_object_sizes(_open_module(Path(path))).get(name)
-    except (OSError, SymbolError, struct.error, ValueError, lzma.LZMAError):
-        return None
+        return elf_object_sizes(elf)
+    except (struct.error, ValueError, IndexError) as exc:
+        raise SymbolError(f"{path}: not a readable ELF file ({exc})") from exc
+    except SymbolError as exc:
+        raise SymbolError(f"{path}: {exc}") from exc

@@ -3,10 +3,11 @@ against the running kernel's symbols before anything is armed.
 
 OP is `rw-` (reads and writes) or `-w-` (writes): x86 has no read-only data
 breakpoint.  LEN is 1, 2, 4 or 8 bytes, aligned to itself (the debug
-registers' rule); by default the symbol's size when that is one of those
-(a module's object size comes from its .ko file; for the kernel itself,
-which ships no symbol sizes, the distance to the next symbol stands in for
-it), else 8.
+registers' rule); by default the symbol's size when that is one of those,
+else 8.  The size is the variable's in the kernel's BTF (/sys/kernel/btf)
+where that has it, else for a module the object's in its .ko file (.ko.xz,
+.ko.zst and .ko.gz too); for a kernel variable BTF does not have (the
+kernel ships no symbol sizes) the distance to the next symbol stands in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..symbols import TEXT_TYPES, Kallsyms, Symbol, module_object_size
+from .. import btf
+from ..btf import variable_size as btf_variable_size
+from ..symbols import TEXT_TYPES, Kallsyms, Symbol, SymbolError, module_object_size
 from .records import NG_KSYM_MAX_WATCHES
 
 LENGTHS = (8, 4, 2, 1)
@@ -90,11 +93,32 @@ def _the_symbol(spec: Spec, syms: Kallsyms) -> Symbol:
     return sym
 
 
+def _size(sym: Symbol) -> tuple[int | None, str]:
+    """The size of a variable, or None and why there is none."""
+    try:
+        size = btf_variable_size(sym.name, sym.module)
+        btf_why = "none in its BTF" if btf.load(sym.module) else "no BTF"
+    except btf.BTFError as exc:
+        size, btf_why = None, str(exc)
+    if size is not None:
+        return size, ""
+    if not sym.module:
+        return None, f"the kernel gives no size for {sym.name} ({btf_why})"
+    try:
+        size = module_object_size(sym.module, sym.name)
+    except SymbolError as exc:
+        return None, f"no size for {sym.name} ({btf_why}): {exc}"
+    if size is not None:
+        return size, ""
+    return None, (f"no size for {sym.name} ({btf_why}), and no .ko file of {sym.module} "
+                  "(nor .ko.xz, .ko.zst, .ko.gz) found to read it from")
+
+
 def _length(spec: Spec, sym: Symbol, syms: Kallsyms) -> tuple[int, str]:
     addr = sym.addr + spec.offset
     if spec.len is not None:
         return spec.len, ""
-    size = module_object_size(sym.module, sym.name) if sym.module else None
+    size, why = _size(sym)
     if size is not None:
         size -= spec.offset
         if size in LENGTHS and addr % size == 0:
@@ -106,8 +130,6 @@ def _length(spec: Spec, sym: Symbol, syms: Kallsyms) -> tuple[int, str]:
                    f"first {n} (a debug register needs its length's alignment); /LEN chooses")
     gap = syms.gap_after(sym)
     room = (gap - spec.offset) if gap is not None else 8
-    why = (f"no .ko file of {sym.module} found to read the size of {sym.name} from"
-           if sym.module else f"the kernel gives no size for {sym.name}")
     for n in LENGTHS:
         if n <= room and addr % n == 0:
             return n, (f"{spec.text}: {why}; watching {n} bytes (the next symbol is {gap} "

@@ -7,7 +7,7 @@ import pytest
 
 from mmiotrace_ng.ksym import request as rq
 from mmiotrace_ng.ksym.request import RequestError, parse, resolve
-from mmiotrace_ng.symbols import Kallsyms
+from mmiotrace_ng.symbols import Kallsyms, SymbolError
 
 KALLSYMS = """\
 ffffffff81000000 T _stext
@@ -30,7 +30,18 @@ ffffffffc0002004 b edu_watch_sink\t[edu_exerciser]
 
 
 @pytest.fixture
-def syms(monkeypatch) -> Kallsyms:
+def btf_sizes(monkeypatch) -> dict[tuple[str, str], int]:
+    """The variables' sizes in the kernel's BTF: none unless a test adds them
+    (not this host's BTF)."""
+    sizes: dict[tuple[str, str], int] = {}
+    monkeypatch.setattr(rq, "btf_variable_size",
+                        lambda name, module="": sizes.get((module, name)))
+    monkeypatch.setattr(rq.btf, "load", lambda module="": None)
+    return sizes
+
+
+@pytest.fixture
+def syms(monkeypatch, btf_sizes) -> Kallsyms:
     sizes = {("e1000", "e1000_driver_name"): 6, ("edu_exerciser", "edu_watched"): 4,
              ("e1000", "e1000_copyright_odd"): 5}
     monkeypatch.setattr(rq, "module_object_size", lambda mod, name: sizes.get((mod, name)))
@@ -55,6 +66,31 @@ def test_module_symbol_sizes_from_the_module(syms):
     assert (b.len, b.text) == (8, "e1000:e1000_driver_name")   # 6 bytes: 8 by default
     (c,) = resolve(["e1000:e1000_copyright_odd:rw-"], syms)    # 5 bytes at an odd address
     assert c.len == 1 and "watching the first 1" in c.note
+
+
+def test_btf_sizes_come_first(syms, btf_sizes):
+    btf_sizes.update({("", "pid_max"): 2, ("", "jiffies_64"): 8, ("", "odd_var"): 3,
+                      ("edu_exerciser", "edu_watched"): 2})
+    a, b, c = resolve(["pid_max:rw-", "jiffies_64+4:rw-", "edu_exerciser:edu_watched:-w-"],
+                      syms)
+    assert (a.len, a.note) == (2, "")             # not the 4 bytes to the next symbol
+    assert (b.addr, b.len, b.note) == (0xFFFFFFFF82000014, 4, "")   # 8 - 4 on
+    assert (c.len, c.note) == (2, "")             # not the .ko's 4
+    (d,) = resolve(["odd_var:rw-"], syms)         # 3 bytes: as a module's string is
+    assert (d.len, d.note) == (8, "")
+    (e,) = resolve(["e1000:e1000_driver_name:rw-"], syms)   # no BTF: the .ko's 6
+    assert e.len == 8
+
+
+def test_a_module_file_that_cannot_be_read_is_said(syms, monkeypatch):
+    def unreadable(mod, name):
+        raise SymbolError("/lib/modules/x/e1000.ko.zst is zstd-compressed, and neither ...")
+    monkeypatch.setattr(rq, "module_object_size", unreadable)
+    (w,) = resolve(["e1000:e1000_driver_name:rw-"], syms)
+    assert w.len == 8 and "e1000.ko.zst is zstd-compressed" in w.note and "/LEN" in w.note
+    monkeypatch.setattr(rq, "module_object_size", lambda mod, name: None)
+    (w,) = resolve(["e1000:e1000_driver_name:rw-"], syms)
+    assert "no .ko file of e1000" in w.note and ".ko.zst" in w.note
 
 
 @pytest.mark.parametrize(("req", "why"), [

@@ -1,0 +1,179 @@
+"""The sizes of the kernel's variables from its BTF (/sys/kernel/btf/vmlinux,
+and /sys/kernel/btf/MODULE split on top of it).
+
+BTF is a header, a type section and a string section.  A variable is a VAR
+type (with pahole's global variable encoding all of them, else only the
+per-CPU ones) whose type, through typedefs and qualifiers, has a size: an
+integer, struct, union, enum or float says it, an array is its element's
+times the count, a pointer 8 bytes (64-bit kernels)."""
+
+from __future__ import annotations
+
+import functools
+import struct
+from pathlib import Path
+
+SYSFS = Path("/sys/kernel/btf")
+MAGIC = 0xEB9F
+POINTER_SIZE = 8
+
+# kinds (include/uapi/linux/btf.h)
+INT, PTR, ARRAY, STRUCT, UNION, ENUM, FWD, TYPEDEF = 1, 2, 3, 4, 5, 6, 7, 8
+VOLATILE, CONST, RESTRICT, FUNC, FUNC_PROTO, VAR, DATASEC = 9, 10, 11, 12, 13, 14, 15
+FLOAT, DECL_TAG, TYPE_TAG, ENUM64 = 16, 17, 18, 19
+
+SIZED = frozenset({INT, STRUCT, UNION, ENUM, ENUM64, FLOAT, DATASEC})
+REFERENCES = frozenset({TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG, VAR})
+# bytes after the 12-byte struct btf_type: fixed, and per vlen entry
+_FIXED = {INT: 4, ARRAY: 12, VAR: 4, DECL_TAG: 4}
+_PER_ENTRY = {STRUCT: 12, UNION: 12, ENUM: 8, FUNC_PROTO: 8, DATASEC: 12, ENUM64: 12}
+_MAX_DEPTH = 64
+
+
+class BTFError(Exception):
+    """BTF that cannot be read; the message says why."""
+
+
+class BTF:
+    """One BTF blob: its types by id, its variables by name.  A module's
+    BTF is split: its ids and string offsets go on from its base's."""
+
+    def __init__(self, data: bytes, base: BTF | None = None) -> None:
+        if len(data) < 24:
+            raise BTFError(f"{len(data)} bytes: shorter than a BTF header")
+        if struct.unpack_from("<H", data)[0] == MAGIC:
+            self._end = "<"
+        elif struct.unpack_from(">H", data)[0] == MAGIC:
+            self._end = ">"
+        else:
+            raise BTFError("no BTF magic (0xeb9f)")
+        hdr_len, type_off, type_len, str_off, str_len = struct.unpack_from(
+            self._end + "5I", data, 4)
+        types, strs = hdr_len + type_off, hdr_len + str_off
+        if types + type_len > len(data) or strs + str_len > len(data):
+            raise BTFError(f"sections past the end of its {len(data)} bytes")
+        self.base = base
+        self._data = data
+        self._strs = strs
+        self._str_len = str_len
+        self._first_str = base._first_str + base._str_len if base else 0
+        self.first_id = base.first_id + len(base._types) if base else 1
+        # (kind, name offset, size or type, where its trailing data starts)
+        self._types: list[tuple[int, int, int, int]] = []
+        self._vars: dict[str, list[int]] = {}
+        self._parse(types, types + type_len)
+
+    def _parse(self, off: int, end: int) -> None:
+        unpack = struct.Struct(self._end + "3I").unpack_from
+        while off < end:
+            if off + 12 > end:
+                raise BTFError(f"a type cut short at byte {off}")
+            name_off, info, size_type = unpack(self._data, off)
+            kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
+            if kind == 0 or kind > ENUM64:
+                raise BTFError(f"type {self.first_id + len(self._types)}: unknown kind {kind}")
+            if kind == VAR:
+                self._vars.setdefault(self.name_at(name_off), []).append(
+                    self.first_id + len(self._types))
+            self._types.append((kind, name_off, size_type, off + 12))
+            off += 12 + _FIXED.get(kind, 0) + _PER_ENTRY.get(kind, 0) * vlen
+        if off != end:
+            raise BTFError("the last type runs past the type section")
+
+    def name_at(self, off: int) -> str:
+        """The string at offset off of the (split) string section."""
+        if off < self._first_str:
+            assert self.base is not None
+            return self.base.name_at(off)
+        start = self._strs + off - self._first_str
+        if off - self._first_str >= self._str_len:
+            raise BTFError(f"string offset {off} past the string section")
+        return self._data[start:self._data.index(b"\0", start)].decode(errors="replace")
+
+    def _type(self, type_id: int) -> tuple[BTF, tuple[int, int, int, int]] | None:
+        if type_id < self.first_id:
+            return self.base._type(type_id) if self.base else None
+        i = type_id - self.first_id
+        return (self, self._types[i]) if i < len(self._types) else None
+
+    def kind(self, type_id: int) -> int | None:
+        found = self._type(type_id)
+        return found[1][0] if found else None
+
+    def name(self, type_id: int) -> str:
+        found = self._type(type_id)
+        return found[0].name_at(found[1][1]) if found else ""
+
+    def ids(self, kind: int, name: str) -> list[int]:
+        """Ids of the types of this kind called name, the base's first."""
+        out = self.base.ids(kind, name) if self.base else []
+        return out + [self.first_id + i for i, t in enumerate(self._types)
+                      if t[0] == kind and self.name_at(t[1]) == name]
+
+    def size(self, type_id: int) -> int | None:
+        """Bytes of a type, None for void, a function or an incomplete type."""
+        for _ in range(_MAX_DEPTH):
+            found = self._type(type_id)
+            if found is None:
+                return None
+            btf, (kind, _name, size_type, extra) = found
+            if kind in SIZED:
+                return size_type
+            if kind == PTR:
+                return POINTER_SIZE
+            if kind == ARRAY:
+                elem, _index, nelems = struct.unpack_from(btf._end + "3I", btf._data, extra)
+                elem_size = self.size(elem)
+                return None if elem_size is None else elem_size * nelems
+            if kind not in REFERENCES:
+                return None
+            type_id = size_type
+        return None
+
+    def datasec_sizes(self) -> dict[int, int]:
+        """Each variable in a DATASEC (its id) and the size the section gives it."""
+        out: dict[int, int] = {}
+        for kind, _name, _size, extra in self._types:
+            if kind != DATASEC:
+                continue
+            info = struct.unpack_from(self._end + "I", self._data, extra - 8)[0]
+            for k in range(info & 0xFFFF):
+                var, _offset, size = struct.unpack_from(self._end + "3I", self._data,
+                                                        extra + 12 * k)
+                out[var] = size
+        return out
+
+    def variable_size(self, name: str) -> int | None:
+        """The size of the variable called name, None if this BTF has none
+        (or several of different sizes)."""
+        sizes = {self.size(v) for v in self._vars.get(name, [])}
+        if len(sizes) != 1:
+            return None
+        return sizes.pop()
+
+
+@functools.lru_cache(maxsize=8)
+def load(module: str = "") -> BTF | None:
+    """The running kernel's BTF (module "") or a loaded module's, None if
+    the kernel has none for it; BTFError if it cannot be read."""
+    path = SYSFS / (module or "vmlinux")
+    base = load() if module else None
+    if module and base is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BTFError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return BTF(data, base)
+    except (BTFError, struct.error, ValueError) as exc:
+        raise BTFError(f"{path}: {exc}") from exc
+
+
+def variable_size(name: str, module: str = "") -> int | None:
+    """The size of a variable of the kernel (module "") or of a loaded
+    module, from the BTF in /sys/kernel/btf; None where it has none."""
+    btf = load(module)
+    return btf.variable_size(name) if btf else None

@@ -1,0 +1,211 @@
+"""The BTF reader: variable sizes from a BTF blob built here by hand (the
+layout of include/uapi/linux/btf.h), split module BTF on top of it, and the
+running kernel's own BTF where this host has one."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from ng_require import missing
+
+from mmiotrace_ng import btf
+from mmiotrace_ng.btf import BTF, BTFError
+
+(INT, PTR, ARRAY, STRUCT, UNION, ENUM, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC,
+ FUNC_PROTO, VAR, DATASEC, FLOAT, DECL_TAG, TYPE_TAG, ENUM64) = range(1, 20)
+
+
+class Blob:
+    """A BTF blob written type by type; a split one goes on from its base's
+    last type id and string offset."""
+
+    def __init__(self, end: str = "<", base: Blob | None = None) -> None:
+        self.end = end
+        self.types = bytearray()
+        self.strs = bytearray() if base else bytearray(b"\0")
+        self.first_str = len(base.strs) + base.first_str if base else 0
+        self.next_id = base.next_id if base else 1
+        self.secinfo: list[tuple[int, int, int]] = []
+
+    def _str(self, name: str) -> int:
+        if not name:
+            return 0
+        off = self.first_str + len(self.strs)
+        self.strs += name.encode() + b"\0"
+        return off
+
+    def add(self, kind: int, name: str, size_type: int, vlen: int = 0,
+            extra: bytes = b"") -> int:
+        self.types += struct.pack(self.end + "III", self._str(name),
+                                  (kind << 24) | vlen, size_type) + extra
+        self.next_id += 1
+        return self.next_id - 1
+
+    def u32s(self, *values: int) -> bytes:
+        return struct.pack(self.end + f"{len(values)}I", *values)
+
+    def var(self, name: str, type_id: int, size: int) -> int:
+        """A global variable, listed in .data with the size the ELF symbol has."""
+        var = self.add(VAR, name, type_id, extra=self.u32s(1))
+        self.secinfo.append((var, 8 * len(self.secinfo), size))
+        return var
+
+    def datasec(self) -> int:
+        return self.add(DATASEC, ".data", 8 * len(self.secinfo), len(self.secinfo),
+                        b"".join(self.u32s(*s) for s in self.secinfo))
+
+    def bytes(self) -> bytes:
+        hdr = struct.pack(self.end + "HBB5I", 0xEB9F, 1, 0, 24, 0, len(self.types),
+                          len(self.types), len(self.strs))
+        return hdr + bytes(self.types) + bytes(self.strs)
+
+
+# each variable and the size C gives it on x86-64
+BASE_SIZES = {"v_int": 4, "v_buf": 37, "v_grid": 111, "v_pair": 24, "v_u": 16, "v_e": 4,
+              "v_e64": 8, "v_ptr": 8, "v_double": 8, "v_same": 4}
+
+
+def base_blob(end: str = "<") -> Blob:
+    b = Blob(end)
+    i = b.add(INT, "int", 4, extra=b.u32s((1 << 24) | 32))      # signed, 32 bits
+    c = b.add(INT, "char", 1, extra=b.u32s((1 << 24) | 8))
+    ul = b.add(INT, "long unsigned int", 8, extra=b.u32s(64))
+    u32 = b.add(TYPEDEF, "u32", i)
+    cv = b.add(VOLATILE, "", b.add(CONST, "", u32))               # const volatile u32
+    buf = b.add(ARRAY, "", 0, extra=b.u32s(c, i, 37))             # char [37]
+    grid = b.add(ARRAY, "", 0, extra=b.u32s(buf, i, 3))           # char [3][37]
+    pair = b.add(STRUCT, "pair", 24, 2, b.u32s(b._str("a"), ul, 0, b._str("b"), buf, 64))
+    u = b.add(UNION, "u", 16, 2, b.u32s(b._str("x"), ul, 0, b._str("y"), pair, 0))
+    e = b.add(ENUM, "e", 4, 3, b.u32s(b._str("E0"), 0, b._str("E1"), 1, b._str("E2"), 2))
+    e64 = b.add(ENUM64, "e64", 8, 2, b.u32s(b._str("BIG"), 0, 1, b._str("SMALL"), 1, 0))
+    fwd = b.add(FWD, "opaque", 0)
+    proto = b.add(FUNC_PROTO, "", i, 2, b.u32s(b._str("p"), pair, b._str("q"), ul))
+    b.add(FUNC, "f", proto, vlen=1)                               # global linkage
+    dbl = b.add(FLOAT, "double", 8)
+    b.add(DECL_TAG, "tag", pair, extra=struct.pack(b.end + "i", -1))
+    tagged = b.add(TYPE_TAG, "rcu", pair)
+    ptr = b.add(RESTRICT, "", b.add(PTR, "", tagged))             # struct pair __rcu *restrict
+    for name, t in [("v_int", cv), ("v_buf", buf), ("v_grid", grid), ("v_pair", pair),
+                    ("v_u", u), ("v_e", e), ("v_e64", e64), ("v_ptr", ptr),
+                    ("v_double", dbl), ("v_same", i), ("v_same", u32)]:
+        b.var(name, t, BASE_SIZES[name])
+    b.var("v_opaque", fwd, 0)
+    b.var("v_twice", i, 4)        # two variables of one name, of different sizes
+    b.var("v_twice", ul, 8)
+    b.datasec()
+    return b
+
+
+@pytest.mark.parametrize("end", ["<", ">"])
+def test_variable_sizes_through_every_kind(end):
+    t = BTF(base_blob(end).bytes())
+    assert {n: t.variable_size(n) for n in BASE_SIZES} == BASE_SIZES
+    assert t.variable_size("v_opaque") is None       # a declared struct has no size
+    assert t.variable_size("v_twice") is None        # which one?
+    assert t.variable_size("no_such") is None
+    assert t.variable_size("f") is None              # a function
+
+
+def test_types_by_kind_and_name_and_the_datasec():
+    b = base_blob()
+    t = BTF(b.bytes())
+    (pair,) = t.ids(STRUCT, "pair")
+    assert (t.size(pair), t.name(pair), t.kind(pair)) == (24, "pair", STRUCT)
+    assert t.ids(STRUCT, "u") == [] and len(t.ids(UNION, "u")) == 1
+    assert t.size(0) is None                         # void
+    assert t.datasec_sizes() == {v: size for v, _off, size in b.secinfo}
+
+
+def module_blob(base: Blob) -> Blob:
+    m = Blob(base=base)
+    st = m.add(STRUCT, "mod_state", 48, 1, m.u32s(m._str("regs"), 3, 0))
+    m.var("mod_counter", 3, 8)                               # the base's unsigned long
+    m.var("mod_state_v", st, 48)
+    m.var("mod_table", m.add(ARRAY, "", 0, extra=m.u32s(1, 1, 10)), 40)   # int [10]
+    m.datasec()
+    return m
+
+
+def test_split_module_btf_goes_on_from_the_base():
+    b = base_blob()
+    base = BTF(b.bytes())
+    mod = BTF(module_blob(b).bytes(), base)
+    assert mod.first_id == b.next_id
+    assert (mod.variable_size("mod_counter"), mod.variable_size("mod_state_v"),
+            mod.variable_size("mod_table")) == (8, 48, 40)
+    (st,) = mod.ids(STRUCT, "mod_state")
+    assert st >= b.next_id and mod.name(st) == "mod_state"
+    assert mod.variable_size("v_pair") is None       # the kernel's, not the module's
+    assert mod.ids(STRUCT, "pair") == base.ids(STRUCT, "pair")
+
+
+@pytest.mark.parametrize(("blob", "why"), [
+    (b"\x9f\xeb\x01\x00", "shorter than a BTF header"),
+    (b"\x00\x00" + bytes(40), "no BTF magic"),
+    (base_blob().bytes()[:-40], "past the end"),
+])
+def test_unreadable_blobs(blob, why):
+    with pytest.raises(BTFError, match=why):
+        BTF(blob)
+
+
+def test_an_unknown_kind_is_an_error_not_a_guess():
+    b = Blob()
+    b.add(INT, "int", 4, extra=b.u32s(32))
+    b.add(25, "future", 0)
+    with pytest.raises(BTFError, match="unknown kind 25"):
+        BTF(b.bytes())
+
+
+def test_a_type_running_past_its_section():
+    b = Blob()
+    b.add(STRUCT, "s", 8, 2, b.u32s(0, 0, 0))        # says 2 members, has 1
+    with pytest.raises(BTFError, match="past the type section|cut short"):
+        BTF(b.bytes())
+
+
+def test_load_from_sysfs(tmp_path, monkeypatch):
+    b = base_blob()
+    (tmp_path / "vmlinux").write_bytes(b.bytes())
+    (tmp_path / "edu_exerciser").write_bytes(module_blob(b).bytes())
+    (tmp_path / "broken").write_bytes(bytes(32))        # no magic
+    monkeypatch.setattr(btf, "SYSFS", tmp_path)
+    btf.load.cache_clear()
+    try:
+        assert btf.variable_size("v_grid") == 111
+        assert btf.variable_size("mod_state_v", "edu_exerciser") == 48
+        assert btf.variable_size("mod_state_v") is None
+        assert btf.variable_size("x", "not_loaded") is None
+        with pytest.raises(BTFError, match="broken"):
+            btf.variable_size("x", "broken")
+    finally:
+        btf.load.cache_clear()
+
+
+VMLINUX = Path("/sys/kernel/btf/vmlinux")
+
+
+def test_the_running_kernels_btf():
+    """Every variable's size through its type is the size its section gives
+    it (pahole writes that from the ELF symbol), and known variables have
+    theirs: per-CPU ones in any BTF, the rest with pahole's global variables."""
+    if not VMLINUX.exists():
+        missing(f"{VMLINUX} (a kernel with CONFIG_DEBUG_INFO_BTF)")
+    t = BTF(VMLINUX.read_bytes())
+    sections = t.datasec_sizes()
+    assert sections, "no variables in the kernel's BTF"
+    wrong = {t.name(v): (t.size(v), size) for v, size in sections.items()
+             if t.size(v) != size}
+    assert not wrong
+
+    def struct_size(name: str) -> int | None:
+        sizes = {t.size(i) for i in t.ids(STRUCT, name)}
+        return sizes.pop() if len(sizes) == 1 else None
+
+    known = {"jiffies_64": 8, "cpu_number": 4, "this_cpu_off": 8,
+             "init_task": struct_size("task_struct"), "runqueues": struct_size("rq")}
+    found = {n: t.variable_size(n) for n in known if t.variable_size(n) is not None}
+    assert found, "none of the known variables in the kernel's BTF"
+    assert found == {n: known[n] for n in found}
