@@ -128,3 +128,23 @@ def test_installed_wheel_traces_with_the_helper_from_dkms(installed, exerciser, 
         assert not (tmp_path / "never-built").exists()    # the module modprobe found
         assert Path("/sys/module/mmiotng").exists()
         rmmod_helper()
+
+
+def test_checkout_traces_with_the_distributions_own_packages(exerciser):
+    """No venv and no pip: the distribution's python3, its python3-bpfcc and
+    python3-pyroute2 (Debian 12: 0.7.2; a release's root under tests/run
+    --suite: that release's), and the checkout on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    deb = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "python3-pyroute2"],
+                         capture_output=True, text=True, check=True).stdout
+    used = subprocess.run(["/usr/bin/python3", "-c", "import importlib.metadata as m, pyroute2; "
+                           "print(m.version('pyroute2'), pyroute2.__file__)"],
+                          cwd="/", env=env, capture_output=True, text=True, check=True).stdout
+    assert used.startswith(deb.split("-")[0] + " /usr/lib/python3/dist-packages/"), (deb, used)
+    env["PYTHONPATH"] = str(REPO)
+    res = subprocess.run(["/usr/bin/python3", "-m", "mmiotrace_ng", "--pci",
+                          exerciser.dev.name, "--", "sh", "-c",
+                          f"echo readl > {EXERCISER_DEBUGFS / 'run'}"],
+                         cwd="/", env=env, capture_output=True, text=True, timeout=1200)
+    assert_traced_readl(res, exerciser)
