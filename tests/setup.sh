@@ -89,12 +89,15 @@ installed="$repo/tests/artifacts/installed"
 rm -rf "$installed"
 /usr/bin/python3 -m venv --system-site-packages "$installed"
 if [ -n "$DISTRO" ]; then
-    "$installed/bin/pip" install -q --no-index --no-deps "$dist"/mmiotrace_ng-*.whl >/dev/null
+    # (PYTHONPATH off: the checkout on it would count as installed already)
+    env -u PYTHONPATH "$installed/bin/pip" install -q --no-index --no-deps "$dist"/mmiotrace_ng-*.whl \
+        >/dev/null
 else
     pyroute2=$("$py" -c 'import importlib.metadata as m; print(m.version("pyroute2"))')
     "$py" -m pip download -q --no-deps -d "$dist" "pyroute2==$pyroute2" >/dev/null
     "$installed/bin/pip" install -q --no-index --find-links "$dist" mmiotrace-ng >/dev/null
 fi
+[ -x "$installed/bin/mmiotrace-ng" ] || { log "the wheel was not installed into $installed"; exit 2; }
 
 log "building the kernel modules for $KVER"
 # (clean first: the checkout's objects may be another kernel's, or another

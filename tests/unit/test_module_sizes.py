@@ -73,7 +73,9 @@ def test_each_compressed_form_reads_as_the_plain_file(ko, suffix):
 
 def no_zstd_modules(monkeypatch) -> None:
     """Python without compression.zstd and zstandard (a None entry makes
-    the import fail)."""
+    the import fail; the package too: on 3.14, once compression.zstd was
+    imported, `from compression import zstd` finds it as an attribute)."""
+    monkeypatch.setitem(sys.modules, "compression", None)
     monkeypatch.setitem(sys.modules, "compression.zstd", None)
     monkeypatch.setitem(sys.modules, "zstandard", None)
 
