@@ -45,6 +45,7 @@
 
 #include <linux/ftrace.h>
 #include <linux/io.h>
+#include <linux/kprobes.h>
 #include <linux/delay.h>
 #include <linux/mm.h>
 #include <linux/pagemap.h>
@@ -682,10 +683,41 @@ static struct ftrace_ops ng_fault_ops = {
 
 #define NG_FAULT_FUNC	"bad_area_nosemaphore"
 
+/*
+ * Whether the compiler made a clone of the hooked function that callers
+ * call instead of it (.constprop, .isra: other arguments, so the fault
+ * path would bypass the hook).  A kprobe registered disabled finds a
+ * symbol without patching anything.  Load time, process context.
+ */
+static bool ng_fault_func_cloned(void)
+{
+	static const char * const kinds[] = { "constprop", "isra" };
+	char name[64];
+	unsigned int k, n;
+
+	for (k = 0; k < ARRAY_SIZE(kinds); k++) {
+		for (n = 0; n < 4; n++) {
+			struct kprobe kp = { .symbol_name = name, .flags = KPROBE_FLAG_DISABLED };
+
+			snprintf(name, sizeof(name), "%s.%s.%u", NG_FAULT_FUNC, kinds[k], n);
+			if (register_kprobe(&kp))
+				continue;
+			unregister_kprobe(&kp);
+			pr_err("this kernel cannot be served: %s has a clone %s that callers may call instead\n",
+			       NG_FAULT_FUNC, name);
+			return true;
+		}
+	}
+	return false;
+}
+
 int ng_fault_init(void)
 {
 	char name[] = NG_FAULT_FUNC;
 	int ret;
+
+	if (ng_fault_func_cloned())
+		return -EOPNOTSUPP;
 
 	ret = ftrace_set_filter(&ng_fault_ops, name, strlen(name), 0);
 	if (ret) {

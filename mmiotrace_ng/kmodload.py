@@ -24,9 +24,49 @@ def _vermagic(ko: Path) -> str:
     return out.stdout.split(" ")[0].strip()
 
 
+def _kmsg_end() -> int | None:
+    """A descriptor of /dev/kmsg at its end (None where it cannot be read)."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    os.lseek(fd, 0, os.SEEK_END)
+    return fd
+
+
+def _helper_said(fd: int | None) -> list[str]:
+    """The helper's kernel-log lines since _kmsg_end() (its reasons for
+    refusing to load: a hook it cannot take, a machine it cannot serve)."""
+    if fd is None:
+        return []
+    said = []
+    try:
+        while True:
+            try:
+                rec = os.read(fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                break
+            except OSError:     # EPIPE: records overwritten meanwhile
+                continue
+            if not rec:
+                break
+            # "prio,seq,usec,flags;text", continuation lines start with " "
+            for line in rec.splitlines():
+                text = line.split(";", 1)[1] if ";" in line and line[:1] != " " else ""
+                if text.startswith(f"{MODULE}: "):
+                    said.append(text[len(MODULE) + 2:])
+    finally:
+        os.close(fd)
+    return said
+
+
 def _insmod(ko: Path) -> None:
+    kmsg = _kmsg_end()
     out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
+    said = _helper_said(kmsg)
     if out.returncode:
+        if said:
+            raise LoaderError(f"the helper module refused to load: {'; '.join(said)}")
         raise LoaderError(f"insmod {ko} failed: {out.stderr.strip()} (see dmesg)")
 
 
