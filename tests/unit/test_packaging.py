@@ -43,3 +43,14 @@ def test_dkms_conf_names_this_version_and_module():
     assert kmodload.dkms_version() == mmiotrace_ng.__version__
     assert re.search(r'^BUILT_MODULE_NAME\[0\]="mmiotng"$', conf, re.M)
     assert re.search(r'^PACKAGE_NAME="mmiotng"$', conf, re.M)
+
+
+def test_wheel_ships_the_manual_pages(wheel):
+    """pip installs them into PREFIX/share/man/man1 (man finds a venv's when
+    its bin is on PATH)."""
+    names = set(wheel.namelist())
+    pages = sorted((REPO / "docs" / "man").glob("*.1"))
+    assert pages
+    for page in pages:
+        assert f"mmiotrace_ng-{mmiotrace_ng.__version__}.data/data/share/man/man1/{page.name}" \
+            in names, page.name
