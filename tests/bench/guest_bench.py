@@ -41,7 +41,7 @@ WORK = Path("/tmp/bench")
 
 # scenario -> COUNT of the timed runs (cloop: bytes, i.e. COUNT/4 accesses)
 # (cloop stays below the ~32000 records the kernel's default buffer holds:
-# one memcpy_toio never lets its trace_pipe reader run, see README.md)
+# one memcpy_toio never lets its trace_pipe reader run, see docs/analysis.md)
 NS_COUNTS = {"rloop": 50_000, "wloop": 50_000, "cloop": 100_000}
 QUICK_NS_COUNTS = {"rloop": 5_000, "wloop": 5_000, "cloop": 10_000}
 REPEAT = 5
