@@ -417,12 +417,49 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 /*
  * Whether the faulting code may sleep, as the kernel's own user fault
  * handling would in its place: interrupts were on, nothing atomic, page
- * faults allowed, a user address space.  Before any lock is taken.
+ * faults allowed, a user address space.  Only in ng_fault_user(): in the
+ * ftrace callback, preempt_count() may be ftrace's own (another ftrace
+ * user on the hooked function makes ftrace disable preemption around the
+ * callbacks), which would make a sleepable context look atomic.
  */
 static bool ng_may_fault_in(const struct pt_regs *regs)
 {
 	return (regs->flags & X86_EFLAGS_IF) && !preempt_count() &&
 	       !pagefault_disabled() && current->mm;
+}
+
+/*
+ * The user operand of a movs/stos (the side that is not the device), if
+ * its first element is not there now: the page is to be faulted in by
+ * ng_fault_user() before the instruction is single-stepped, which runs it
+ * with page faults disabled (ng_step_start).  Fault path, interrupts off.
+ */
+static bool ng_user_operand_missing(const struct ng_insn *insn, const struct pt_regs *regs)
+{
+	struct ng_user_page *u = this_cpu_ptr(&ng_user_page);
+	unsigned long addr;
+	u64 val = 0;
+	bool write;
+
+	if (insn->kind == NG_KIND_STOS ||
+	    (insn->kind == NG_KIND_MOVS && regs->di < TASK_SIZE_MAX)) {
+		addr = regs->di;
+		write = true;
+	} else if (insn->kind == NG_KIND_MOVS && regs->si < TASK_SIZE_MAX) {
+		addr = regs->si;
+		write = false;
+	} else {
+		return false;
+	}
+	if (addr >= TASK_SIZE_MAX)
+		return false;
+	if (!copy_from_user_nofault(&val, (const void __user *)addr, insn->mem_width) &&
+	    (!write || !copy_to_user_nofault((void __user *)addr, &val, insn->mem_width)))
+		return false;
+	u->addr = addr;
+	u->len = insn->mem_width;
+	u->write = write;
+	return true;
 }
 
 /* The fault-in for this task's instruction failed before: step it now. */
@@ -568,7 +605,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	struct ng_mapping *m;
 	struct ng_insn insn;
 	unsigned int nbytes, mode;
-	bool decoded, may_sleep, nested;
+	bool decoded, nested, forced;
 
 	if (error_code & (X86_PF_PROT | X86_PF_USER | X86_PF_RSVD | X86_PF_INSTR |
 			  X86_PF_PK))
@@ -576,7 +613,6 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	if (user_mode(regs) || !is_vmalloc_addr((void *)address))
 		return NG_NOT_OURS;
 	ng_step_report();	/* a step's access before this one */
-	may_sleep = ng_may_fault_in(regs);
 	rcu_read_lock();
 	m = ng_find_mapping(address);
 	if (!m) {
@@ -595,23 +631,35 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 		goto out;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
 	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn, nested);
-	if (decoded && mode == MMIOTNG_MODE_EMULATE && !ng_step_forced(regs)) {
+	forced = ng_step_forced(regs);
+	if (decoded && mode == MMIOTNG_MODE_EMULATE && !forced) {
 		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, &insn);
 		if (emu == NG_EMULATED) {
 			this_cpu_inc(ng_stats.emulated);
 			goto out;
 		}
-		if (emu == NG_NEEDS_USER_PAGE && may_sleep) {
-			/* ng_fault_user() runs next, on this CPU */
-			atomic_inc(&ng_user_inflight);
-			res = NG_FAULT_IN_USER;
-			goto out;
-		}
+		if (emu == NG_NEEDS_USER_PAGE)
+			goto fault_in;
 	}
-	if (ng_stepping(0))	/* an NMI during a step: it joins the step */
+	if (ng_stepping(0)) {	/* an NMI during a step: it joins the step */
 		ng_step_more(m, address);
-	else	/* the mapping stays valid: freeing waits for the debug trap */
-		ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
+		goto out;
+	}
+	/*
+	 * A step with user memory on the other side runs with page faults
+	 * off (it must not sleep: its state is this CPU's), so the user page
+	 * is faulted in first, unless that failed already (then the kernel's
+	 * uaccess fixup ends the copy, as it would without the helper).
+	 */
+	if (decoded && !forced && !in_nmi() && ng_user_operand_missing(&insn, regs))
+		goto fault_in;
+	/* the mapping stays valid: freeing waits for the debug trap */
+	ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
+	goto out;
+fault_in:
+	/* ng_fault_user() runs next, on this CPU, in the faulting context */
+	atomic_inc(&ng_user_inflight);
+	res = NG_FAULT_IN_USER;
 out:
 	this_cpu_dec(ng_fault_depth);
 	rcu_read_unlock();
@@ -627,12 +675,14 @@ static noinline void ng_fault_done(struct pt_regs *regs, unsigned long error_cod
 
 /*
  * Runs in place of bad_area_nosemaphore() when a string instruction
- * between a traced BAR and user memory found the user page missing: fault
- * it in as the kernel's own fault handler would (interrupts on, may sleep;
- * the faulting code could), then let the instruction run again, which
- * faults on the BAR again and is emulated from where it stopped.  If the
+ * between a traced BAR and user memory found the user page missing, in the
+ * faulting context: if that context may sleep, fault the page in as the
+ * kernel's own fault handler would (interrupts on), then let the
+ * instruction run again, which faults on the BAR again and is emulated
+ * (or stepped) from where it stopped.  If it may not sleep, or the
  * fault-in fails (a bad user address), the instruction is single-stepped
- * next time so that the kernel's uaccess fixup handles it.
+ * next time, with page faults off, so that the kernel's uaccess fixup ends
+ * the copy as it would without the helper.
  */
 static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_code,
 				   unsigned long address)
@@ -641,11 +691,13 @@ static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_cod
 	void __user *uaddr = (void __user *)u->addr;
 	unsigned int len = u->len;
 	bool write = u->write;
-	size_t left;
+	size_t left = len;
 
-	local_irq_enable();
-	left = write ? fault_in_writeable(uaddr, len) : fault_in_readable(uaddr, len);
-	local_irq_disable();
+	if (ng_may_fault_in(regs)) {
+		local_irq_enable();
+		left = write ? fault_in_writeable(uaddr, len) : fault_in_readable(uaddr, len);
+		local_irq_disable();
+	}
 	if (left) {
 		u = this_cpu_ptr(&ng_user_page);
 		u->step_task = current;
@@ -683,6 +735,9 @@ static struct ftrace_ops ng_fault_ops = {
 
 #define NG_FAULT_FUNC	"bad_area_nosemaphore"
 
+/* a disabled kprobe that only looks a name up (ng_fault_func_cloned) */
+static struct kprobe ng_lookup_probe;
+
 /*
  * Whether the compiler made a clone of the hooked function that callers
  * call instead of it (.constprop, .isra: other arguments, so the fault
@@ -697,12 +752,13 @@ static bool ng_fault_func_cloned(void)
 
 	for (k = 0; k < ARRAY_SIZE(kinds); k++) {
 		for (n = 0; n < 4; n++) {
-			struct kprobe kp = { .symbol_name = name, .flags = KPROBE_FLAG_DISABLED };
-
 			snprintf(name, sizeof(name), "%s.%s.%u", NG_FAULT_FUNC, kinds[k], n);
-			if (register_kprobe(&kp))
+			memset(&ng_lookup_probe, 0, sizeof(ng_lookup_probe));
+			ng_lookup_probe.symbol_name = name;
+			ng_lookup_probe.flags = KPROBE_FLAG_DISABLED;
+			if (register_kprobe(&ng_lookup_probe))
 				continue;
-			unregister_kprobe(&kp);
+			unregister_kprobe(&ng_lookup_probe);
 			pr_err("this kernel cannot be served: %s has a clone %s that callers may call instead\n",
 			       NG_FAULT_FUNC, name);
 			return true;

@@ -24,6 +24,13 @@
  *  - ng_page.steppers and the entries are changed under ng_lock.
  *  - A stepped mapping stays valid until the trap: ng_wait_steps(), called
  *    by every path that frees mappings, waits for all steps to end.
+ *  - A step never sleeps, so it ends on the CPU and in the task it began
+ *    in: the stepped instruction runs with interrupts off, and with page
+ *    faults off when it may touch user memory (a movs/stos with a user
+ *    operand, or an instruction the decoder does not know), so that a user
+ *    page fault inside it goes to the uaccess fixup instead of sleeping
+ *    (ng_fault() faults the user page in first where the context allows).
+ *    The debug trap takes a step only in its task, in kernel mode.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -33,6 +40,8 @@
 #include <linux/timekeeping.h>
 #include <linux/delay.h>
 #include <linux/notifier.h>
+#include <linux/sched.h>
+#include <linux/uaccess.h>
 #include <asm/debugreg.h>
 
 #include "mmiotng.h"
@@ -54,6 +63,8 @@ struct ng_step {
 	struct ng_page *page[NG_STEP_PAGES];
 	unsigned int npages;
 	unsigned long ip;	/* the stepped instruction */
+	struct task_struct *task;	/* the task it runs in */
+	bool nofault;		/* page faults disabled for it */
 	bool lockless;		/* an NMI on a CPU that holds ng_lock */
 	bool quiet;		/* beside a small BAR, in its page: not reported */
 	unsigned long saved_flags;
@@ -180,6 +191,22 @@ static void ng_redirect_string(struct ng_step *s, struct pt_regs *regs,
 		ng_redirect_reg(s, regs, no, (unsigned long)io - addr, true);
 }
 
+/*
+ * Whether the instruction may touch user memory besides the device: the
+ * other operand of a movs or stos, or anything the decoder does not know.
+ */
+static bool ng_step_may_touch_user(const struct pt_regs *regs, const struct ng_insn *insn,
+				   bool decoded)
+{
+	if (!decoded)
+		return true;
+	if (insn->kind == NG_KIND_STOS)
+		return regs->di < TASK_SIZE_MAX;
+	if (insn->kind == NG_KIND_MOVS)
+		return regs->di < TASK_SIZE_MAX || regs->si < TASK_SIZE_MAX;
+	return false;
+}
+
 /* Whether the register operand of the instruction is register no. */
 static bool ng_uses_reg(const struct ng_insn *insn, unsigned int no)
 {
@@ -263,6 +290,10 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 	ng_fill_access(&s->acc, m, addr, regs->ip, bytes, nbytes);
 	ng_fill_compat(&s->acc, bytes, nbytes, regs);
 	s->ip = regs->ip;
+	s->task = current;
+	s->nofault = ng_step_may_touch_user(regs, insn, decoded);
+	if (s->nofault)
+		pagefault_disable();
 	s->quiet = !ng_in_filter(m->filter, m->phys + (addr - m->virt), 1);
 	s->decoded = decoded;
 	if (decoded)
@@ -345,6 +376,9 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 
 	regs->flags &= ~(X86_EFLAGS_TF | X86_EFLAGS_IF);
 	regs->flags |= s->saved_flags;
+	if (s->nofault)
+		pagefault_enable();
+	s->nofault = false;
 	WRITE_ONCE(s->active, false);
 }
 
@@ -354,12 +388,17 @@ static int ng_die_notify(struct notifier_block *nb, unsigned long val, void *dat
 	unsigned long *dr6 = (unsigned long *)ERR_PTR(args->err);
 	struct ng_step *s = this_cpu_ptr(&ng_step);
 
-	if (val != DIE_DEBUG || !(*dr6 & DR_STEP) || !s->active)
+	/* ours: this CPU's step, in the task that began it, in the kernel */
+	if (val != DIE_DEBUG || !(*dr6 & DR_STEP) || !s->active || s->task != current ||
+	    user_mode(args->regs))
 		return NOTIFY_DONE;
 	ng_step_finish(s, args->regs);
 	*dr6 &= ~DR_STEP;
-	/* someone else was stepping too: let the trap go on to them */
-	if (args->regs->flags & X86_EFLAGS_TF)
+	/*
+	 * someone else was stepping too, or a hardware breakpoint hit in the
+	 * same instruction: let the trap go on to them
+	 */
+	if ((args->regs->flags & X86_EFLAGS_TF) || (*dr6 & DR_TRAP_BITS))
 		return NOTIFY_DONE;
 	return NOTIFY_STOP;
 }

@@ -591,6 +591,139 @@ def test_copy_to_user_from_bar_into_missing_page(exerciser):
     assert exerciser.mismatches() == 0
 
 
+# ---- a copy to user memory that must not be stepped where it may sleep -------
+
+KPROBE_EVENTS = Path("/sys/kernel/tracing/kprobe_events")
+STEP_COPY_ROUNDS = 40
+CHURN_BYTES = 32 << 20
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+@pytest.fixture
+def another_probe_on_the_fault_hook():
+    """A kprobe event on bad_area_nosemaphore, enabled: a second ftrace user
+    on the hooked function, so that ftrace calls the callbacks with
+    preemption disabled (a sleepable context then looks atomic there)."""
+    def add(line: str) -> None:     # appended: other probes stay
+        fd = os.open(KPROBE_EVENTS, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    add("p:ngtest/other bad_area_nosemaphore\n")
+    enable = Path("/sys/kernel/tracing/events/ngtest/other/enable")
+    enable.write_text("1\n")
+    try:
+        yield
+    finally:
+        enable.write_text("0\n")
+        add("-:ngtest/other\n")
+
+
+@pytest.mark.parametrize("mode", [[], ["--singlestep"]], ids=["emulate", "singlestep"])
+def test_copy_to_user_that_may_sleep_is_never_stepped_asleep(exerciser, mode,
+                                                              another_probe_on_the_fault_hook):
+    """copy_to_user() from the BAR into a page that is gone (MADV_DONTNEED)
+    while another thread of the process maps and unmaps in a loop (the
+    fault on the user page then waits for mmap_lock: it sleeps) and a third
+    moves the reader between the CPUs, with another kprobe on the hooked
+    function, emulating and under --singlestep.  A step that slept would
+    end on another CPU: its trap unclaimed (the kernel WARNs at a stray
+    single-step trap), its page left present, or the session's end waiting
+    for it for ever.  Every read gets the device's bytes, each round's bytes
+    are recorded once, the page tables show nothing armed afterwards, and
+    the helper unloads."""
+    ensure_helper()
+    base = exerciser.bar0[0]
+    fd = os.open(BAR_READ, os.O_RDONLY)
+    ref = os.pread(fd, COPY_LEN, 0x1000)        # untraced: the device's bytes
+    buf = libc.mmap(None, PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
+                    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert buf not in (None, ctypes.c_void_p(-1).value)
+    got: list[bytes] = []
+    stop = threading.Event()
+
+    # mmap_lock held for writing most of the time: mprotect of a populated
+    # region rewrites all its entries under it
+    region = mmap.mmap(-1, CHURN_BYTES)
+    region.write(b"\1" * CHURN_BYTES)
+    raddr = ctypes.addressof(ctypes.c_char.from_buffer(region))
+
+    def churn() -> None:
+        prot = [mmap.PROT_READ, mmap.PROT_READ | mmap.PROT_WRITE]
+        i = 0
+        while not stop.is_set():
+            assert libc.mprotect(raddr, CHURN_BYTES, prot[i & 1]) == 0
+            i += 1
+
+    reader_tid: list[int] = []
+
+    def flip() -> None:             # the reader moves between the CPUs
+        cpu = 0
+        while not stop.is_set():
+            if reader_tid:
+                os.sched_setaffinity(reader_tid[0], {cpu})
+                cpu ^= 1
+            time.sleep(0.002)
+
+    def reads() -> None:
+        reader_tid.append(threading.get_native_id())
+        helpers = [threading.Thread(target=churn), threading.Thread(target=flip)]
+        for h in helpers:
+            h.start()
+        try:
+            for _ in range(STEP_COPY_ROUNDS):
+                assert libc.madvise(buf, PAGE, MADV_DONTNEED) == 0
+                n = libc.pread(fd, buf, COPY_LEN, 0x1000)
+                assert n == COPY_LEN, os.strerror(ctypes.get_errno())
+                got.append(ctypes.string_at(buf, COPY_LEN))
+        finally:
+            stop.set()
+            for h in helpers:
+                h.join(60)
+            os.sched_setaffinity(0, {0, 1})
+
+    t = NgTracer(["--pci", exerciser.dev.name, *mode], "ng-copy-sleep").start()
+    try:
+        text = t.section(reads)
+    finally:
+        rc = t.stop()
+        os.close(fd)
+    assert rc == 0
+    assert got == [ref] * STEP_COPY_ROUNDS
+    # each round's bytes once, in order: emulated reads, or one UNKNOWN
+    # record per stepped element (a stepped movs is not decoded)
+    recs = [r for r in to_records(text, base) if r[0] in ("R", "UNKNOWN") and
+            (r[1] if r[0] == "UNKNOWN" else r[2]) >= 0x1000]
+    untraced = len(re.findall(rf"^MARK .* ioremap of 0x{base:x} size .* is NOT traced: ",
+                              text, re.M))
+    if not mode:
+        assert all(r[0] == "R" for r in recs), recs[:5]
+    spans = [(r[1], 1) if r[0] == "UNKNOWN" else (r[2], r[1]) for r in recs]
+    rounds, pos = 0, 0x1000
+    for off, width in spans:
+        assert off == pos, (off, pos)
+        pos += width
+        if pos == 0x1000 + COPY_LEN:
+            rounds, pos = rounds + 1, 0x1000
+    assert pos == 0x1000 and rounds + untraced == STEP_COPY_ROUNDS, (rounds, untraced)
+    assert rounds >= STEP_COPY_ROUNDS // 2, rounds
+    assert status().armed_pages == 0
+    # nothing left armed or present-for-a-step: the exerciser's own page walk
+    hold = EXERCISER_DEBUGFS / "hold"
+    hold.write_text("map\n")
+    try:
+        m = re.search(r"pages (\d+) present (\d+)", hold.read_text())
+        assert m and m[1] == m[2], hold.read_text()
+    finally:
+        hold.write_text("unmap\n")
+    # the session's end waited for no step: the helper unloads
+    subprocess.run(["rmmod", "mmiotng"], check=True, timeout=120)
+    assert not Path("/sys/module/mmiotng").exists()
+    ensure_helper()
+
+
 # ---- more mappings than the helper keeps spares for --------------------------
 
 MAPLOOP_N = 300
