@@ -230,8 +230,9 @@ void ng_step_exit(void);
 /* mmiotng_ctl.c: the session */
 enum ng_owner_kind { NG_IDLE, NG_TRACER, NG_KERNEL_TRACER };
 
-int ng_session_claim(u32 portid);
-bool ng_session_release(u32 portid);
+struct net;
+int ng_session_claim(u32 portid, const struct net *net);
+bool ng_session_release(u32 portid, const struct net *net);
 bool ng_check_probes(void);
 bool ng_probes_were_off(void);
 u32 ng_session_owner(void);
