@@ -91,6 +91,7 @@ struct ng_page {
 	unsigned int level;	/* PG_LEVEL_4K or PG_LEVEL_2M */
 	unsigned int steppers;	/* CPUs single-stepping on it (ng_lock) */
 	bool armed;
+	bool lost;		/* found changed at disarm: not ours any more */
 };
 
 /* An ioremap of a filtered range. */
@@ -118,6 +119,7 @@ struct ng_stats {
 	u64 unknown;
 	u64 refused;
 	u64 retried;
+	u64 stale;	/* armed entries found changed at disarm, left alone */
 };
 
 DECLARE_PER_CPU(struct ng_stats, ng_stats);
@@ -181,7 +183,7 @@ struct ng_mapping *ng_find_mapping(unsigned long addr);
 bool ng_overlaps_mapping(unsigned long base, unsigned long len);
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr);
 void ng_page_arm(struct ng_page *pg);
-void ng_page_disarm(struct ng_page *pg);
+bool ng_page_disarm(struct ng_page *pg);
 void ng_page_present(struct ng_page *pg);
 void ng_page_absent(struct ng_page *pg);
 struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size);
@@ -196,6 +198,7 @@ void ng_windows_exit(void);
 
 /* mmiotng_probes.c */
 bool ng_unmap_in_flight(unsigned long base, unsigned long len);
+bool ng_probes_alive(void);
 int ng_probes_init(void);
 void ng_probes_exit(void);
 
@@ -227,8 +230,11 @@ void ng_step_exit(void);
 /* mmiotng_ctl.c: the session */
 enum ng_owner_kind { NG_IDLE, NG_TRACER, NG_KERNEL_TRACER };
 
-int ng_session_claim(u32 portid);
-bool ng_session_release(u32 portid);
+struct net;
+int ng_session_claim(u32 portid, const struct net *net);
+bool ng_session_release(u32 portid, const struct net *net);
+bool ng_check_probes(void);
+bool ng_probes_were_off(void);
 u32 ng_session_owner(void);
 bool ng_kernel_tracer_start(void);
 void ng_kernel_tracer_stop(void);

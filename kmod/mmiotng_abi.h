@@ -25,7 +25,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	3
+#define MMIOTNG_ABI_VERSION	4
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
@@ -118,7 +118,9 @@ enum mmiotng_cmd {
 	X(STAT_OWNER, U32, REPLY)	/* port id of the controller, 0: none */ \
 	X(STAT_REFUSED, U64, REPLY)	/* mappings of a traced range left unarmed */ \
 	X(STAT_RETRIED, U64, REPLY)	/* faults that raced a disarm, retried */ \
-	X(STAT_ABI_VERSION, U32, REPLY)	/* MMIOTNG_ABI_VERSION of the module */
+	X(STAT_ABI_VERSION, U32, REPLY)	/* MMIOTNG_ABI_VERSION of the module */ \
+	X(STAT_STALE, U64, REPLY)	/* armed entries unmapped unseen, left alone */ \
+	X(STAT_PROBES_OFF, U32, REPLY)	/* 1: kprobes are disabled, nothing traced */
 
 #define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
 

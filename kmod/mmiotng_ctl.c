@@ -7,12 +7,26 @@
  * (ng_kernel_tracer_start, from mmiotng_hooks.c).  Both claims go through
  * one atomic state, so neither can slip in between the other's check and
  * its start.  When the owning socket is released everything is disarmed.
+ * The owner is a port id in a network namespace: port ids are per
+ * namespace, and any user can make a socket with the owner's port id in a
+ * namespace of their own (its release must not end the session).
+ *
+ * The ioremap and iounmap probes are kprobes, which can be switched off
+ * for the whole system (/sys/kernel/debug/kprobes/enabled).  Every command
+ * checks that they fire (ng_check_probes; the tracer polls STATUS): if
+ * not, the session's tracing stops, everything is disarmed (an entry that
+ * an unseen iounmap changed is left alone, mmiotng_pages.c), a MARK in
+ * the trace says why, and no session can add anything until they are on.
+ * What happened between the switch and the check is not traced.
  *
  * Locking in this file:
  *  - Every function here except the kernel-tracer pair and ng_get_stats
  *    runs in process context with ng_mutex held (netlink commands, socket
  *    release, module exit).
- *  - ng_state is changed with atomic_cmpxchg only; ng_owner under ng_mutex.
+ *  - ng_state is changed with atomic_cmpxchg only; ng_owner, ng_owner_net
+ *    and ng_probes_off under ng_mutex.  ng_owner_net is only compared,
+ *    never dereferenced: the owner's socket keeps its namespace alive
+ *    until its release, which ends the session.
  *  - The filter and mapping lists change under ng_mutex and ng_lock; a
  *    filter is unlinked together with its mappings in one ng_lock section,
  *    so an ioremap returning meanwhile (mmiotng_probes.c) no longer finds
@@ -27,13 +41,25 @@
 #include <linux/pci.h>
 #include <linux/rculist.h>
 #include <linux/slab.h>
+#include <linux/string.h>
 #include <linux/vmalloc.h>
+#include <net/net_namespace.h>
 
 #include "mmiotng.h"
+#include "mmiotng_trace.h"
 
 DEFINE_MUTEX(ng_mutex);		/* see the locking rules in mmiotng.h */
 static atomic_t ng_state = ATOMIC_INIT(NG_IDLE);
 static u32 ng_owner;		/* netlink port id of the session; ng_mutex */
+static const struct net *ng_owner_net;	/* and its namespace; ng_mutex */
+static bool ng_probes_off;	/* the last check found them off; ng_mutex */
+
+#define NG_PROBES_OFF_NOTE \
+	"mmiotrace-ng: kprobes are disabled (/sys/kernel/debug/kprobes/enabled is 0): " \
+	"ioremap and iounmap are not seen; tracing stopped, everything disarmed"
+
+/* the MARK's text: MMIOTNG_MARK_TP's readers read MMIOTNG_MARK_MAX bytes */
+static char ng_note[MMIOTNG_MARK_MAX + 1] = NG_PROBES_OFF_NOTE;
 
 /* ---- the session ---------------------------------------------------- */
 
@@ -41,7 +67,7 @@ static u32 ng_owner;		/* netlink port id of the session; ng_mutex */
  * Make portid the owner.  -EBUSY if another socket owns the session,
  * -EALREADY if the kernel's own mmiotrace runs.  ng_mutex held.
  */
-int ng_session_claim(u32 portid)
+int ng_session_claim(u32 portid, const struct net *net)
 {
 	int old;
 
@@ -49,23 +75,51 @@ int ng_session_claim(u32 portid)
 	old = atomic_cmpxchg(&ng_state, NG_IDLE, NG_TRACER);
 	if (old == NG_IDLE) {
 		ng_owner = portid;
+		ng_owner_net = net;
 		return 0;
 	}
 	if (old == NG_TRACER)
-		return ng_owner == portid ? 0 : -EBUSY;
+		return ng_owner == portid && net_eq(ng_owner_net, net) ? 0 : -EBUSY;
 	return -EALREADY;
 }
 
-/* End portid's session: disarm everything.  ng_mutex held. */
-bool ng_session_release(u32 portid)
+/* End the session of portid in net: disarm everything.  ng_mutex held. */
+bool ng_session_release(u32 portid, const struct net *net)
 {
 	lockdep_assert_held(&ng_mutex);
-	if (atomic_read(&ng_state) != NG_TRACER || ng_owner != portid)
+	if (atomic_read(&ng_state) != NG_TRACER || ng_owner != portid ||
+	    !net_eq(ng_owner_net, net))
 		return false;
 	ng_disarm_all();
 	ng_owner = 0;
+	ng_owner_net = NULL;
 	atomic_set(&ng_state, NG_IDLE);
 	return true;
+}
+
+/*
+ * Whether the ioremap and iounmap probes fire (see the top of this file).
+ * When a check first finds them off during a session, that session's
+ * tracing stops.  ng_mutex held.
+ */
+bool ng_check_probes(void)
+{
+	bool was_off = ng_probes_off;
+
+	lockdep_assert_held(&ng_mutex);
+	ng_probes_off = !ng_probes_alive();
+	if (!ng_probes_off || was_off || atomic_read(&ng_state) != NG_TRACER)
+		return !ng_probes_off;
+	ng_disarm_all();
+	pr_warn("kprobes are disabled: ioremap and iounmap are not seen; tracing stopped, everything disarmed\n");
+	trace_mmiotng_mark(ng_note, strlen(ng_note));
+	return false;
+}
+
+bool ng_probes_were_off(void)
+{
+	lockdep_assert_held(&ng_mutex);
+	return ng_probes_off;
 }
 
 u32 ng_session_owner(void)
@@ -317,5 +371,6 @@ void ng_get_stats(struct ng_stats *sum)
 		sum->unknown += s->unknown;
 		sum->refused += s->refused;
 		sum->retried += s->retried;
+		sum->stale += s->stale;
 	}
 }

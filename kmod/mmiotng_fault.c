@@ -13,7 +13,11 @@
  * helper.  The original is never called through a pointer (no indirect
  * call into kernel text, which IBT forbids), and an ftrace ops, unlike a
  * kprobe, also runs while a kprobe handler is active on the CPU (a driver's
- * kprobe or a BPF program whose code touches the device).
+ * kprobe or a BPF program whose code touches the device).  The ops is
+ * PERMANENT, as livepatch's: sysctl kernel.ftrace_enabled=0, which would
+ * unpatch the hook under armed pages, is refused while it is registered,
+ * and registering it fails while ftrace_enabled is 0 (the helper does not
+ * load).
  *
  * Instructions the decoder does not know, and accesses one window cannot
  * reach (across a page), are single-stepped (mmiotng_step.c).  The
@@ -730,7 +734,7 @@ static void notrace ng_fault_ftrace(unsigned long ip, unsigned long parent_ip,
 
 static struct ftrace_ops ng_fault_ops = {
 	.func = ng_fault_ftrace,
-	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY,
+	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY | FTRACE_OPS_FL_PERMANENT,
 };
 
 #define NG_FAULT_FUNC	"bad_area_nosemaphore"
@@ -781,10 +785,13 @@ int ng_fault_init(void)
 		return ret;
 	}
 	ret = register_ftrace_function(&ng_fault_ops);
-	if (ret) {
+	if (ret == -EBUSY)
+		pr_err("cannot hook %s: ftrace is disabled (sysctl kernel.ftrace_enabled=0)\n",
+		       NG_FAULT_FUNC);
+	else if (ret)
 		pr_err("cannot hook %s (ftrace): %d\n", NG_FAULT_FUNC, ret);
+	if (ret)
 		ftrace_free_filter(&ng_fault_ops);
-	}
 	return ret;
 }
 

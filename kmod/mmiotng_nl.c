@@ -9,7 +9,11 @@
  * that change anything (NG_NL_CLAIM), makes the sender the session's
  * owner or refuses it; post_doit drops ng_mutex.  When the owner's socket
  * is released (exit, crash, SIGKILL) the session ends and every page is
- * restored.
+ * restored: the socket of the owner's port id in the owner's network
+ * namespace, not a socket of another namespace with the same port id.
+ * Every command, STATUS too, first checks that the helper's kprobes fire
+ * (ng_check_probes); while they do not, commands that change anything
+ * are refused (but DISARM_ALL).
  *
  * Locking in this file: every handler runs in process context with
  * ng_mutex held (pre_doit/post_doit); the release notifier takes it too.
@@ -45,9 +49,16 @@ static int ng_pre_doit(const struct ng_genl_ops *ops, struct sk_buff *skb, struc
 		return -EPERM;
 	}
 	mutex_lock(&ng_mutex);
+	if (!ng_check_probes() && (ops->internal_flags & NG_NL_CLAIM) &&
+	    ops->cmd != MMIOTNG_CMD_DISARM_ALL) {
+		GENL_SET_ERR_MSG(info,
+				 "kprobes are disabled (/sys/kernel/debug/kprobes/enabled is 0)");
+		mutex_unlock(&ng_mutex);
+		return -EHOSTDOWN;
+	}
 	if (!(ops->internal_flags & NG_NL_CLAIM))
 		return 0;
-	ret = ng_session_claim(info->snd_portid);
+	ret = ng_session_claim(info->snd_portid, genl_info_net(info));
 	if (ret == -EBUSY)
 		GENL_SET_ERR_MSG(info, "another mmiotrace-ng session controls the helper");
 	if (ret == -EALREADY) {
@@ -126,7 +137,7 @@ static int ng_cmd_arm_existing(struct sk_buff *skb, struct genl_info *info)
 
 static int ng_cmd_disarm_all(struct sk_buff *skb, struct genl_info *info)
 {
-	ng_session_release(info->snd_portid);
+	ng_session_release(info->snd_portid, genl_info_net(info));
 	return 0;
 }
 
@@ -161,7 +172,9 @@ static int ng_put_stats(struct sk_buff *msg)
 	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_REFUSED, st.refused, MMIOTNG_A_PAD) ||
 	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_RETRIED, st.retried, MMIOTNG_A_PAD) ||
 	       nla_put_u32(msg, MMIOTNG_A_STAT_OWNER, ng_session_owner()) ||
-	       nla_put_u32(msg, MMIOTNG_A_STAT_ABI_VERSION, MMIOTNG_ABI_VERSION);
+	       nla_put_u32(msg, MMIOTNG_A_STAT_ABI_VERSION, MMIOTNG_ABI_VERSION) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_STALE, st.stale, MMIOTNG_A_PAD) ||
+	       nla_put_u32(msg, MMIOTNG_A_STAT_PROBES_OFF, ng_probes_were_off());
 }
 
 static int ng_cmd_status(struct sk_buff *skb, struct genl_info *info)
@@ -225,7 +238,7 @@ static int ng_netlink_event(struct notifier_block *nb, unsigned long event, void
 	if (event != NETLINK_URELEASE || n->protocol != NETLINK_GENERIC)
 		return NOTIFY_DONE;
 	mutex_lock(&ng_mutex);
-	ng_session_release(n->portid);
+	ng_session_release(n->portid, n->net);
 	mutex_unlock(&ng_mutex);
 	return NOTIFY_DONE;
 }

@@ -2,10 +2,14 @@
 /*
  * mmiotng: page-table entries and mappings.
  *
- * Arming a mapping clears the page-table entries of its pages (4K or 2M)
- * and keeps them; every access then faults (mmiotng_fault.c).  Disarming
- * writes the kept entries back.  Entries are changed with the page-table
- * helpers (set_pte_atomic, set_pmd), as the kernel's kmmio does.
+ * Arming a mapping replaces the page-table entries of its pages (4K or 2M)
+ * with NG_ARMED_ENTRY, not present, and keeps them; every access then
+ * faults (mmiotng_fault.c).  Disarming writes the kept entries back, but
+ * only over NG_ARMED_ENTRY (cmpxchg): an iounmap the probe did not see
+ * (kprobes disabled) cleared the entry, and the range may have a new owner
+ * since.  Entries are otherwise changed with the page-table helpers
+ * (set_pte_atomic, set_pmd), as the kernel's kmmio does (no paravirt
+ * page table: Xen PV is refused at load).
  *
  * Locking in this file:
  *  - Every function that changes an entry, an ng_page or the mapping list
@@ -127,24 +131,44 @@ static void ng_set_entry(struct ng_page *pg, pteval_t val)
 		set_pte_atomic(pg->ptep, __pte(val));
 }
 
+/*
+ * What an armed entry holds: not present, and none for pte_none() and
+ * pmd_none(), which ignore the accessed and dirty bits of a not-present
+ * entry (_PAGE_KNL_ERRATUM_MASK), so vunmap and vmap see an empty entry;
+ * but never what vunmap leaves (0) or any present entry.
+ */
+#define NG_ARMED_ENTRY	((pteval_t)_PAGE_DIRTY)
+
 /* Make one page (4K or 2M) not-present, keeping its entry.  ng_lock held. */
 void ng_page_arm(struct ng_page *pg)
 {
-	if (pg->armed)
+	if (pg->armed || pg->lost)
 		return;
 	pg->saved = pte_val(READ_ONCE(*pg->ptep));
 	smp_wmb();	/* a CPU that faults on it reads saved (its window) */
-	ng_set_entry(pg, 0);
+	ng_set_entry(pg, NG_ARMED_ENTRY);
 	pg->armed = true;
 }
 
-/* Put the saved entry back.  ng_lock held. */
-void ng_page_disarm(struct ng_page *pg)
+/*
+ * Put the saved entry back if the entry is still armed; false, and
+ * counted, if something else is there (the page was unmapped unseen):
+ * that entry is not ours any more and is left as it is.  ng_lock held.
+ */
+bool ng_page_disarm(struct ng_page *pg)
 {
+	pteval_t *entry = &pg->ptep->pte;	/* a 2M entry: the same 64 bits */
+	bool ours;
+
 	if (!pg->armed)
-		return;
-	ng_set_entry(pg, pg->saved);
+		return true;
 	pg->armed = false;
+	ours = cmpxchg(entry, NG_ARMED_ENTRY, pg->saved) == NG_ARMED_ENTRY;
+	if (!ours) {
+		pg->lost = true;	/* never armed again (after a step) */
+		this_cpu_inc(ng_stats.stale);
+	}
+	return ours;
 }
 
 /*
@@ -159,7 +183,7 @@ void ng_page_present(struct ng_page *pg)
 
 void ng_page_absent(struct ng_page *pg)
 {
-	ng_set_entry(pg, 0);
+	ng_set_entry(pg, NG_ARMED_ENTRY);
 }
 
 /* The frame an entry of this level maps (the PAT bit of a 2M entry excluded). */
@@ -198,6 +222,7 @@ static int ng_collect_pages(struct ng_mapping *m)
 		m->pages[n].addr = addr;
 		m->pages[n].level = level;
 		m->pages[n].armed = false;
+		m->pages[n].lost = false;
 		m->pages[n].steppers = 0;
 		addr += ng_level_size(level);
 		n++;

@@ -23,6 +23,15 @@
  *    which refuses every ARM_EXISTING while it is not zero.
  *  - The mapping an iounmap disarms is kept as a spare or freed after an
  *    RCU grace period (call_rcu): the fault path may still be looking at it.
+ *  - ng_probes_alive() runs with ng_mutex held, which serializes it; the
+ *    canary's handler runs on the calling CPU, inside that call.
+ *
+ * Writing 0 to /sys/kernel/debug/kprobes/enabled disarms every kprobe at
+ * once and tells nobody: no flag of the kprobe changes (kprobe_disabled()
+ * stays false), and kprobes_all_disarmed is not exported.  So the helper
+ * keeps a kprobe of its own on ng_probe_canary(), disarmed and armed again
+ * with all the others, and calls it: if its handler does not run, the
+ * ioremap and iounmap probes do not either (mmiotng_ctl.c, ng_check_probes).
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -267,6 +276,35 @@ static struct kretprobe ng_iounmap_done_probe = {
 	.data_size = sizeof(unsigned long),
 };
 
+/* ---- whether kprobes fire ------------------------------------------- */
+
+static unsigned long ng_canary_hits;
+
+static noinline void ng_probe_canary(void)
+{
+	asm volatile("");	/* a call the compiler keeps */
+}
+
+static int ng_canary_pre(struct kprobe *p, struct pt_regs *regs)
+{
+	WRITE_ONCE(ng_canary_hits, ng_canary_hits + 1);
+	return 0;
+}
+
+static struct kprobe ng_canary_probe = {
+	.pre_handler = ng_canary_pre,
+};
+
+/* Whether the helper's kprobes fire now.  ng_mutex held. */
+bool ng_probes_alive(void)
+{
+	unsigned long before = READ_ONCE(ng_canary_hits);
+
+	lockdep_assert_held(&ng_mutex);
+	ng_probe_canary();
+	return READ_ONCE(ng_canary_hits) != before;
+}
+
 int ng_probes_init(void)
 {
 	int maxactive = max_t(int, 64, 4 * num_possible_cpus());
@@ -274,10 +312,16 @@ int ng_probes_init(void)
 
 	ng_ioremap_probe.maxactive = maxactive;
 	ng_iounmap_done_probe.maxactive = maxactive;
+	ng_canary_probe.addr = (kprobe_opcode_t *)ng_probe_canary;
+	ret = register_kprobe(&ng_canary_probe);
+	if (ret) {
+		pr_err("cannot probe the helper's own canary: %d\n", ret);
+		return ret;
+	}
 	ret = register_kprobe(&ng_iounmap_probe);
 	if (ret) {
 		pr_err("cannot probe iounmap: %d\n", ret);
-		return ret;
+		goto err_canary;
 	}
 	ret = register_kretprobe(&ng_iounmap_done_probe);
 	if (ret) {
@@ -295,6 +339,8 @@ err_done:
 	unregister_kretprobe(&ng_iounmap_done_probe);
 err_unmap:
 	unregister_kprobe(&ng_iounmap_probe);
+err_canary:
+	unregister_kprobe(&ng_canary_probe);
 	return ret;
 }
 
@@ -304,4 +350,5 @@ void ng_probes_exit(void)
 	unregister_kretprobe(&ng_ioremap_probe);
 	unregister_kretprobe(&ng_iounmap_done_probe);
 	unregister_kprobe(&ng_iounmap_probe);
+	unregister_kprobe(&ng_canary_probe);
 }

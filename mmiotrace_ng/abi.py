@@ -11,7 +11,7 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_ABI_VERSION: Final = 3
+MMIOTNG_ABI_VERSION: Final = 4
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
@@ -93,7 +93,9 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_STAT_REFUSED = 13
     MMIOTNG_A_STAT_RETRIED = 14
     MMIOTNG_A_STAT_ABI_VERSION = 15
-    MMIOTNG_A_PAD = 16
+    MMIOTNG_A_STAT_STALE = 16
+    MMIOTNG_A_STAT_PROBES_OFF = 17
+    MMIOTNG_A_PAD = 18
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -119,6 +121,8 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_STAT_REFUSED: "uint64",
     MmiotngAttr.MMIOTNG_A_STAT_RETRIED: "uint64",
     MmiotngAttr.MMIOTNG_A_STAT_ABI_VERSION: "uint32",
+    MmiotngAttr.MMIOTNG_A_STAT_STALE: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_PROBES_OFF: "uint32",
     MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 

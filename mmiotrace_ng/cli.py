@@ -33,6 +33,9 @@ if TYPE_CHECKING:   # imported where used: only recordings need them
 PROG = "mmiotrace-ng"
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
+PROBES_OFF = ("kprobes are disabled (/sys/kernel/debug/kprobes/enabled is 0): the helper "
+              "cannot see ioremap and iounmap")
+HELPER_CHECK_S = 0.25   # how often the loop asks the helper whether kprobes still fire
 BATCH = 16384   # records printed per pump at most: Ctrl-C is seen between
 RECORD_BATCH = 16384    # records copied per pump at most: their space is
                         # handed back a megabyte at a time, not all at once
@@ -332,6 +335,9 @@ class Session:
         except HelperError as exc:
             if exc.errno == errno.EBUSY:
                 raise UsageError(f"the helper is busy: {exc}") from exc
+            if exc.errno == errno.EHOSTDOWN:
+                raise UsageError(f"{PROBES_OFF}; enable them: echo 1 > "
+                                 "/sys/kernel/debug/kprobes/enabled") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
         header = stream_header(Path("/proc/bus/pci/devices").read_text())
         PHASES.done("stream header")
@@ -420,6 +426,22 @@ class Session:
             self.write(text)
             self.flush()
         return used > 0
+
+    def helper_stopped(self) -> bool:
+        """Whether the helper stopped tracing because kprobes are disabled
+        (it sees ioremap and iounmap only through them): said on stderr;
+        its MARK says it in the trace."""
+        from .netlink import HelperError
+
+        assert self.helper is not None
+        try:
+            off = self.helper.status().probes_off
+        except HelperError as exc:
+            raise UsageError(f"the helper does not answer: {exc}") from exc
+        if off:
+            print(f"mmiotrace-ng: {PROBES_OFF}; tracing stopped, nothing left armed",
+                  file=sys.stderr, flush=True)
+        return bool(off)
 
     def disarm(self) -> None:
         if self.helper is not None:
@@ -510,8 +532,14 @@ def trace(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         child = start_child(args.cmd)
         next_table = time.monotonic() + (args.interval or 0)
+        next_check = time.monotonic() + HELPER_CHECK_S
         while not session.stop:
             session.pump(100)
+            if time.monotonic() >= next_check:
+                if session.helper_stopped():
+                    status = EXIT_USAGE
+                    break
+                next_check = time.monotonic() + HELPER_CHECK_S
             if args.interval and time.monotonic() >= next_table:
                 session.write(time.strftime("%H:%M:%S\n") + session.histogram() + "\n")
                 session.flush()

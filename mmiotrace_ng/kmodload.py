@@ -164,6 +164,18 @@ def _replace_stale() -> None:
                           f"unloaded: {out.stderr.strip()}")
 
 
+def _check_ftrace() -> None:
+    """The helper hooks the page fault with a permanent ftrace ops, which
+    cannot be registered while ftrace is switched off: say so in one line."""
+    try:
+        enabled = Path("/proc/sys/kernel/ftrace_enabled").read_text().strip()
+    except OSError:
+        return
+    if enabled == "0":
+        raise LoaderError("cannot load the helper module: ftrace is disabled "
+                          "(sysctl kernel.ftrace_enabled=0; set it to 1)")
+
+
 def ensure_loaded(explicit: str | None = None) -> None:
     """Load the helper: --helper PATH, the checkout's build, DKMS (modprobe),
     or a fresh build.  A loaded helper of another interface version is
@@ -172,6 +184,7 @@ def ensure_loaded(explicit: str | None = None) -> None:
         _replace_stale()
     if loaded():
         return
+    _check_ftrace()
     release = os.uname().release
     if explicit:
         _insmod(Path(explicit))

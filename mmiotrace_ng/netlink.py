@@ -72,6 +72,8 @@ class Status(NamedTuple):
     refused: int
     retried: int
     abi_version: int   # 0: a module older than the attribute
+    stale: int         # armed entries an unseen iounmap changed, left alone
+    probes_off: int    # 1: kprobes are disabled, the helper traces nothing
 
 
 class HelperSocket:
@@ -139,4 +141,5 @@ class HelperSocket:
 
         return Status(get("ARMED_PAGES"), get("MAPPINGS"), get("FILTERS"), get("FAULTS"),
                       get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"),
-                      get("REFUSED"), get("RETRIED"), get("ABI_VERSION"))
+                      get("REFUSED"), get("RETRIED"), get("ABI_VERSION"), get("STALE"),
+                      get("PROBES_OFF"))

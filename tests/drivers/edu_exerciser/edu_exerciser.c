@@ -117,6 +117,7 @@ struct edu_ex {
 	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
 	void __iomem *held;	/* the mapping of "hold", or NULL; lock */
+	unsigned long held_last;	/* where "unmap" unmapped it, or 0; lock */
 };
 
 struct edu_scenario {
@@ -1197,25 +1198,46 @@ static const struct file_operations edu_bar_read_fops = {
  * a test can see whether a page was left not-present without asking the
  * module that made it so.
  */
-static int edu_hold_show(struct seq_file *m, void *unused)
+static void edu_show_range(struct seq_file *m, struct edu_ex *ex, unsigned long virt)
 {
-	struct edu_ex *ex = m->private;
-	unsigned long virt, i, npages, present = 0;
+	unsigned long i, npages, present = 0;
 	unsigned int level;
 	pte_t *pte;
 
-	mutex_lock(&ex->lock);
-	virt = (unsigned long)ex->held;
 	npages = virt ? DIV_ROUND_UP(ex->len, PAGE_SIZE) : 0;
 	for (i = 0; i < npages; i++) {
 		pte = lookup_address(virt + i * PAGE_SIZE, &level);
 		if (pte && pte_present(*pte))
 			present++;
 	}
-	mutex_unlock(&ex->lock);
 	seq_printf(m, "virt 0x%lx pages %lu present %lu\n", virt, npages, present);
+}
+
+static int edu_hold_show(struct seq_file *m, void *unused)
+{
+	struct edu_ex *ex = m->private;
+
+	mutex_lock(&ex->lock);
+	edu_show_range(m, ex, (unsigned long)ex->held);
+	mutex_unlock(&ex->lock);
 	return 0;
 }
+
+/*
+ * Reading "held_last" gives the same for the range the held mapping had
+ * before "unmap": freed address space, where no page may be present
+ * (nobody else mapped it since, as far as the test arranges).
+ */
+static int edu_held_last_show(struct seq_file *m, void *unused)
+{
+	struct edu_ex *ex = m->private;
+
+	mutex_lock(&ex->lock);
+	edu_show_range(m, ex, ex->held_last);
+	mutex_unlock(&ex->lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(edu_held_last);
 
 static int edu_hold_open(struct inode *inode, struct file *file)
 {
@@ -1256,10 +1278,12 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 	} else if (!strcmp(cmd, "touch")) {
 		ret = ex->held ? edu_hold_touch(ex) : -ENXIO;
 	} else if (!strcmp(cmd, "unmap")) {
-		if (ex->held)
+		if (ex->held) {
 			pci_iounmap(ex->pdev, ex->held);
-		else
+			ex->held_last = (unsigned long)ex->held & PAGE_MASK;
+		} else {
 			ret = -ENXIO;
+		}
 		ex->held = NULL;
 	} else {
 		ret = -EINVAL;
@@ -1462,6 +1486,11 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_debugfs;
 	}
 	file = debugfs_create_file("hold", 0600, ex->dir, ex, &edu_hold_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
+	file = debugfs_create_file("held_last", 0400, ex->dir, ex, &edu_held_last_fops);
 	if (IS_ERR(file)) {
 		ret = PTR_ERR(file);
 		goto err_debugfs;
