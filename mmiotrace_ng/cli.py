@@ -62,6 +62,7 @@ class Subcommand(NamedTuple):
     setup: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     takes_command: bool = False      # `-- CMD ARGS` after its arguments
+    listed: bool = True              # in mmiotrace-ng --help's list (it works either way)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_options(ap)
     sub = ap.add_subparsers(title="commands", metavar="COMMAND", prog=PROG)
     for cmd in SUBCOMMANDS.values():
-        # a command without a summary is not listed (it still works)
-        listed = {"help": cmd.summary} if cmd.summary else {}
+        # argparse lists the commands with a help (the others work all the same)
+        listed = {"help": cmd.summary} if cmd.listed else {}
         p = sub.add_parser(cmd.name, description=cmd.description, **listed)
         cmd.setup(p)
         p.set_defaults(run=cmd.run, subparser=p)
@@ -606,9 +607,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                "Print the trace a file from record (or --raw) holds: the same bytes as a "
                "live run with the same options.",
                _report_setup, report),
-    Subcommand("render", "",       # report's older name, not listed
+    Subcommand("render", "the same as report (its older name)",
                "Print the trace a file from record (or --raw) holds (see report).",
-               _report_setup, report),
+               _report_setup, report, listed=False),
     Subcommand("status", "print the helper module's counters",
                "Print the counters of the loaded helper module (mmiotng), one per line.",
                _no_arguments, status),
