@@ -43,7 +43,7 @@ US_PER_S: Final = 1_000_000
 
 def setup(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("file", metavar="FILE",
-                    help="a trace: 20070824 text (- for standard input) or a recorded file")
+                    help="a trace: text (20070824) or recorded; - for standard input")
     ap.add_argument("--regs", action="append", default=[], metavar="MAP",
                     help="register map: a .regs file or the name of a shipped one (e1000, "
                          "edu); repeatable; default: every shipped map, each where its "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import difflib
 import errno
 import fcntl
 import os
@@ -17,6 +18,19 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from . import __version__, pci, ringbuf
 from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
+from .arguments import (
+    PROG,
+    RECORD,
+    RECORD_DESCRIPTION,
+    RECORD_SUMMARY,
+    add_command,
+    add_text_options,
+    add_trace_options,
+    make_parser,
+    parse_tracing,
+    record_setup,
+    trace_parser,
+)
 from .child import ended as child_ended
 from .child import start as start_child
 from .errors import EXIT_USAGE, UsageError
@@ -30,7 +44,6 @@ from .vmalloc import existing_mappings, read_vmallocinfo
 if TYPE_CHECKING:   # imported where used: only recordings need them
     from .rawfile import RawWriter
 
-PROG = "mmiotrace-ng"
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
 PROBES_OFF = ("kprobes are disabled (/sys/kernel/debug/kprobes/enabled is 0): the helper "
@@ -39,34 +52,6 @@ HELPER_CHECK_S = 0.25   # how often the loop asks the helper whether kprobes sti
 BATCH = 16384   # records printed per pump at most: Ctrl-C is seen between
 RECORD_BATCH = 16384    # records copied per pump at most: their space is
                         # handed back a megabyte at a time, not all at once
-DESCRIPTION = """\
-Trace every MMIO access of PCI devices (ioremap, reads, writes, iounmap) with
-all CPUs online, printing the kernel mmiotrace format 20070824."""
-EXAMPLES = """examples:
-  mmiotrace-ng --pci 01:00.0 > dump.txt         # trace one device until Ctrl-C
-  mmiotrace-ng --pci 01:00.0 -- modprobe nouveau # trace while a command runs
-  mmiotrace-ng --pci 0000:00:02.0 --pci 03:00.0 -o dump.txt
-  mmiotrace-ng --all -- modprobe e1000           # every PCI device, like the kernel's tracer
-  mmiotrace-ng --pci 01:00.0 --compat           # UNKNOWN where the kernel's decoder gives up
-  mmiotrace-ng --pci 01:00.0 --raw dump.raw -o dump.txt
-  mmiotrace-ng report --compat dump.raw          # the same trace, as the kernel would show it
-  mmiotrace-ng record --pci 01:00.0@0 -o dump.rec -- modprobe X   # BAR 0 only, binary
-  mmiotrace-ng report dump.rec > dump.txt        # the text of a recording
-  mmiotrace-ng diff before.txt after.rec         # the same MMIO traffic? (exit 0/1)
-  mmiotrace-ng annotate --regs e1000 dump.rec    # register names, callers, folded polls
-  mmiotrace-ng export --chrome dump.json dump.rec  # open in ui.perfetto.dev
-  mmiotrace-ng mark "X is up"                    # a MARK line in the running trace
-  echo "X is up" > /sys/kernel/tracing/trace_marker   # the same
-  mmiotrace-ng status                            # the helper's counters
-  mmiotrace-ng --pci 01:00.0 --histogram -- modprobe e1000   # counts per register and function
-  mmiotrace-ng ksym pid_max:rw- -- sysctl kernel.pid_max     # who reads and writes a variable
-  mmiotrace-ng install-helper                    # the helper module from DKMS
-
-Exit status: the command's status with -- CMD, 0 after Ctrl-C/SIGTERM,
-2 for bad input or an environment that cannot trace.
-"""
-
-
 class Subcommand(NamedTuple):
     """A word after mmiotrace-ng that does something other than trace.
 
@@ -80,131 +65,24 @@ class Subcommand(NamedTuple):
     setup: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     takes_command: bool = False      # `-- CMD ARGS` after its arguments
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Lists the subcommands one a line, without the line of their metavar
-    that argparse puts above them."""
-
-    def _format_action(self, action: argparse.Action) -> str:
-        if isinstance(action, argparse._SubParsersAction):
-            return "".join(map(super()._format_action, action._get_subactions()))
-        return super()._format_action(action)
-
-
-def _parser(**kwargs: object) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXAMPLES,
-                                   formatter_class=_HelpFormatter, **kwargs)
-
-
-def _add_text_options(ap: argparse.ArgumentParser) -> None:
-    """How the records are printed: tracing and render share these."""
-    ap.add_argument("--compat", action="store_true",
-                    help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
-    ap.add_argument("--pc", action="store_true", help="print instruction addresses")
-    ap.add_argument("--pid", action="store_true", help="print process ids")
-
-
-def _add_selection_options(ap: argparse.ArgumentParser) -> None:
-    """What is traced, and how: tracing and record share these."""
-    ap.add_argument("--pci", action="append", default=[], metavar="BDF[@BARS]",
-                    help="device to trace, e.g. 01:00.0 or 0000:01:00.0 (repeatable); "
-                         "@BARS traces only those memory BARs, e.g. 01:00.0@0 or @0,2")
-    ap.add_argument("--all", action="store_true",
-                    help="trace every PCI device's memory BARs and ROMs, devices a driver "
-                         "binds to while tracing included (a rescan, a hot-plug, a driver "
-                         "loaded meanwhile), mappings made after the start only, as the "
-                         "kernel's tracer does; other ioremaps (not PCI) get MAP/UNMAP "
-                         "lines, not their accesses, which the kernel's tracer also shows")
-    ap.add_argument("--buffer-size-kb", type=int, default=16384, metavar="KB",
-                    help="ring buffer size (default %(default)s)")
-    ap.add_argument("--no-existing", action="store_true",
-                    help="do not trace mappings that exist before the start (--all never does)")
-    ap.add_argument("--singlestep", action="store_true",
-                    help="single-step every access instead of emulating (slow; for tests)")
-    ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
-    ap.add_argument("-v", "--verbose", action="store_true",
-                    help="print the time each start-up phase took on stderr")
-
-
-def _add_trace_options(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    _add_selection_options(ap)
-    ap.add_argument("-o", "--output", metavar="FILE", help="write the trace here, not stdout")
-    _add_text_options(ap)
-    ap.add_argument("--raw", metavar="FILE",
-                    help="also record the binary records here (see: mmiotrace-ng report)")
-    ap.add_argument("--histogram", action="store_true",
-                    help="count accesses per (R/W, width, BAR offset, function) in the kernel "
-                         "and print that table at the end (and every -i seconds) instead of "
-                         "the trace")
-    ap.add_argument("-i", "--interval", type=float, metavar="SECONDS",
-                    help="with --histogram: print the table (counts so far) this often")
-
-
-def _add_command(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("cmd", nargs=argparse.REMAINDER,
-                    help="-- CMD ARGS: run CMD once tracing is armed, stop when it exits")
-
-
-class _FullHelp(argparse.Action):
-    """-h of the trace parser: the help of the whole command line, subcommands included."""
-
-    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
-        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
-                         nargs=0, help=help)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        build_parser().print_help()
-        parser.exit()
-
-
-def trace_parser() -> argparse.ArgumentParser:
-    """The parser of a trace (the default command: no subcommand word first)."""
-    ap = _parser(add_help=False)
-    ap.add_argument("-h", "--help", action=_FullHelp, help="show this help message and exit")
-    _add_trace_options(ap)
-    _add_command(ap)
-    return ap
+    listed: bool = True              # in mmiotrace-ng --help's list (it works either way)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line, as --help shows it: the trace options and the
     subcommands.  It parses the subcommands; a trace is parsed by trace_parser()."""
     trace_usage = trace_parser().format_usage().removeprefix("usage: ").rstrip()
-    ap = _parser(usage=f"{trace_usage}\n       {PROG} COMMAND [-h] [ARGS]")
-    _add_trace_options(ap)
+    ap = make_parser(usage=f"{trace_usage}\n       {PROG} COMMAND [-h] [ARGS]")
+    add_trace_options(ap)
     sub = ap.add_subparsers(title="commands", metavar="COMMAND", prog=PROG)
     for cmd in SUBCOMMANDS.values():
-        p = sub.add_parser(cmd.name, help=cmd.summary, description=cmd.description)
+        # argparse lists the commands with a help (the others work all the same)
+        listed = {"help": cmd.summary} if cmd.listed else {}
+        p = sub.add_parser(cmd.name, description=cmd.description, **listed)
         cmd.setup(p)
         p.set_defaults(run=cmd.run, subparser=p)
-    _add_command(ap)
+    add_command(ap)
     return ap
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The options of a trace (exit status 2, with argparse's message, if bad)."""
-    ap = trace_parser()
-    args = ap.parse_args(argv)
-    if args.cmd and args.cmd[0] == "--":
-        args.cmd = args.cmd[1:]
-    elif args.cmd:
-        ap.error(f"unexpected argument {args.cmd[0]!r} (put the command after --)")
-    _check_selection(ap, args)
-    if args.interval is not None and (not args.histogram or args.interval <= 0):
-        ap.error("-i SECONDS needs --histogram and a positive number")
-    if args.histogram and (args.raw or args.compat):
-        ap.error("--histogram keeps counts, not records: no --raw or --compat with it")
-    return args
-
-
-def _check_selection(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if not args.pci and not args.all:
-        ap.error("nothing to trace: give --pci BDF (or --all)")
-    if args.buffer_size_kb < 4:
-        ap.error("--buffer-size-kb must be at least 4")
 
 
 def check_environment() -> None:
@@ -607,22 +485,8 @@ def mark(args: argparse.Namespace) -> int:
     return 0
 
 
-RECORD_BUFFER_KB = 65536    # record's default: what one instruction makes must fit
-
-
-def _record_setup(ap: argparse.ArgumentParser) -> None:
-    _add_selection_options(ap)
-    # One rep movs (a memcpy_toio blit) is emulated in one trap and makes a
-    # record per element before any reader can run: 64 MiB hold 838000 of
-    # them, a blit of 3.2 MB.
-    ap.set_defaults(buffer_size_kb=RECORD_BUFFER_KB)
-    ap.add_argument("-o", "--output", metavar="FILE", required=True,
-                    help="the recording to write (read it with: mmiotrace-ng report FILE)")
-    _add_command(ap)
-
-
 def record(args: argparse.Namespace) -> int:
-    _check_selection(args.subparser, args)
+    """A record run; args from parse_tracing (checked there)."""
     args.raw, args.output = args.output, None
     args.record = True
     args.compat = args.pc = args.pid = args.histogram = False
@@ -631,21 +495,23 @@ def record(args: argparse.Namespace) -> int:
 
 
 def _report_setup(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("file", metavar="FILE", help="a file written by record (or --raw)")
-    ap.add_argument("-o", "--output", metavar="OUT", help="write the text here, not stdout")
-    _add_text_options(ap)
+    ap.add_argument("file", metavar="FILE",
+                    help="a file written by record (or --raw); - for standard input")
+    ap.add_argument("-o", "--output", metavar="OUT",
+                    help="write the text here, not stdout (- : stdout)")
+    add_text_options(ap)
 
 
 def report(args: argparse.Namespace) -> int:
-    from .rawfile import NotRawFile, open_recording
-    from .tracefile import rendered_text
+    from .tracefile import Trace, TraceError, rendered_text
 
     try:
-        rec = open_recording(args.file)
-    except NotRawFile as exc:
+        trace = Trace(args.file)
+    except TraceError as exc:
         raise UsageError(str(exc)) from exc
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
+    rec = trace.recording
+    if rec is None:
+        raise UsageError(f"{trace.name} is not a trace recorded by mmiotrace-ng")
     r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
     with writing(args.output) as out:
         # the bytes the tracer would have written, whatever stdout's encoding
@@ -654,7 +520,7 @@ def report(args: argparse.Namespace) -> int:
     if r.bad:
         print(f"mmiotrace-ng: {r.bad} corrupt records skipped", file=sys.stderr)
     if rec.format == 2 and rec.end is None:
-        print(f"mmiotrace-ng: {args.file} ends without its END section: the recording was "
+        print(f"mmiotrace-ng: {trace.name} ends without its END section: the recording was "
               "cut short (the tracer killed?)", file=sys.stderr)
     return 0
 
@@ -763,40 +629,53 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                "Write TEXT to the kernel's trace_marker: a running mmiotrace-ng prints it "
                "as a MARK line, in order with the accesses around it.",
                _mark_setup, mark),
-    Subcommand("record", "trace into a binary file, report it later",
-               "Trace like mmiotrace-ng does, writing the binary records to FILE and no text: "
-               "the drain is a copy, so a sustained rate of accesses is kept whole where text "
-               "would fall behind.  The file keeps the machine's symbols and modules for "
-               "annotate.  Print it with: mmiotrace-ng report FILE.",
-               _record_setup, record, takes_command=True),
+    Subcommand(RECORD, RECORD_SUMMARY, RECORD_DESCRIPTION, record_setup, record,
+               takes_command=True),
     Subcommand("report", "print a recorded trace as the tracer does",
                "Print the trace a file from record (or --raw) holds: the same bytes as a "
                "live run with the same options.",
                _report_setup, report),
     Subcommand("render", "the same as report (its older name)",
                "Print the trace a file from record (or --raw) holds (see report).",
-               _report_setup, report),
+               _report_setup, report, listed=False),
     Subcommand("status", "print the helper module's counters",
                "Print the counters of the loaded helper module (mmiotng), one per line.",
                _no_arguments, status),
 )}
 
 
-def main(argv: list[str] | None = None) -> int:
+def unknown_command(word: str) -> str:
+    """What to say of a first word that is neither an option nor a command."""
+    close = difflib.get_close_matches(word, list(SUBCOMMANDS), n=1)
+    if close:
+        return f"unknown command {word!r}: did you mean {close[0]!r}? (see {PROG} --help)"
+    return (f"unknown command {word!r} (see {PROG} --help; a command to run while tracing "
+            "goes after --)")
+
+
+def main(argv: list[str] | None = None, parsed: argparse.Namespace | None = None) -> int:
+    """Run the command line argv; parsed: argv's trace or record, parsed
+    already by arguments.parse_tracing (start.py does, before it fetches
+    the BPF programs)."""
     PHASES.done("interpreter and imports")
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv[:1] and argv[0] in SUBCOMMANDS:
-            cmd: list[str] = []
-            if SUBCOMMANDS[argv[0]].takes_command and "--" in argv:
-                cut = argv.index("--")
-                argv, cmd = argv[:cut], argv[cut + 1:]
-            args, extra = build_parser().parse_known_args(argv)
-            if extra:
-                args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
-            args.cmd = cmd
-            return args.run(args)
-        return trace(parse_args(argv))
+        if parsed is None and argv[:1] and not argv[0].startswith("-") \
+                and argv[0] not in SUBCOMMANDS:
+            raise UsageError(unknown_command(argv[0]))
+        if parsed is None and (not argv[:1] or argv[0].startswith("-") or argv[0] == RECORD):
+            parsed = parse_tracing(argv)
+        if parsed is not None:
+            return record(parsed) if parsed.command == RECORD else trace(parsed)
+        cmd: list[str] = []
+        if SUBCOMMANDS[argv[0]].takes_command and "--" in argv:
+            cut = argv.index("--")
+            argv, cmd = argv[:cut], argv[cut + 1:]
+        args, extra = build_parser().parse_known_args(argv)
+        if extra:
+            args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.cmd = cmd
+        return args.run(args)
     except (UsageError, LoaderError) as exc:
         print(f"mmiotrace-ng: {exc}", file=sys.stderr)
         return EXIT_USAGE

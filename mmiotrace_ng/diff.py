@@ -210,9 +210,6 @@ _STAR: Final = re.compile(r"\*[0-9a-f]+")
 _LOST: Final = re.compile(r"Lost (\d+) events\.")
 _UNTRACED_AT: Final = re.compile(r"^(mmiotrace-ng: ioremap of 0x[0-9a-f]+ size 0x[0-9a-f]+)"
                                  r" at 0x[0-9a-f]+( is NOT traced)")
-_RECORD_LINE: Final = re.compile(
-    r"VERSION \S|PCIDEV [0-9a-f]{4} |(MAP|UNMAP|UNKNOWN|MARK) \d+\.\d{6} |"
-    r"[RW] \d+ \d+\.\d{6} -?\d+ 0x")
 _NOTHING: Final = object()
 
 
@@ -235,12 +232,11 @@ class _Normalizer:
     what later lines need of earlier ones (the mappings by map id)."""
 
     def __init__(self, name: str, offsets: set[int], ignore_header: bool,
-                 allow_lost: bool, check_first: bool) -> None:
+                 allow_lost: bool) -> None:
         self.name = name
         self.offsets = offsets
         self.ignore_header = ignore_header
         self.allow_lost = allow_lost
-        self.check_first = check_first
         self.maps: dict[str, tuple[int, int]] = {}           # map id -> (phys, len)
         self._ignored: dict[str, list[tuple[str, str]]] = {}  # map id -> replacements
         self._replace: list[tuple[str, str]] = []
@@ -248,8 +244,6 @@ class _Normalizer:
 
     def text(self, text: str, out: _Raw) -> None:
         """Append the records of text (whole lines) to out."""
-        if self.check_first:
-            self._check_first(text)
         pos = 0
         end = len(text)
         for m in _SLOW.finditer("\n" + text):
@@ -263,16 +257,6 @@ class _Normalizer:
             self._slow(text[start:pos].rstrip("\n"), out)
         if pos < end:
             self._fast(text[pos:], out)
-
-    def _check_first(self, text: str) -> None:
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            if not _RECORD_LINE.match(line):
-                raise UsageError(f"{self.name} is not a 20070824 trace (it starts "
-                                 f"{line[:40]!r})")
-            self.check_first = False
-            return
 
     def _fast(self, text: str, out: _Raw) -> None:
         """R/W lines only."""
@@ -496,11 +480,11 @@ class _Source:
     too (a block's last run is held back until the next block starts)."""
 
     def __init__(self, path: str, name: str, args: argparse.Namespace) -> None:
-        from .tracefile import Trace, TraceError
+        from .tracefile import Trace, TraceError, display_name
 
         self.name = name
         try:
-            self.trace = Trace(path)
+            self.trace = Trace(path, display_name(name))
         except TraceError as exc:
             raise UsageError(str(exc)) from exc
         self.args = args
@@ -509,7 +493,7 @@ class _Source:
     def _normalizer(self) -> _Normalizer:
         args = self.args
         return _Normalizer(self.name, set().union(*args.ignore_value), args.ignore_header,
-                           args.allow_lost, check_first=not self.trace.recorded)
+                           args.allow_lost)
 
     def _raws(self, norm: _Normalizer) -> Iterator[_Raw]:
         if self.trace.recorded:

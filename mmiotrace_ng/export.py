@@ -20,8 +20,11 @@ times in microseconds.  What goes where:
   one never unmapped ends at the trace's last time;
 - a MARK line (Lost markers too) is a global instant ("i", "s": "g").
 
-The events are written as they are read (a trace of any length in constant
-memory); the counts go into otherData at the end.
+The events are written in time order (the metadata first), whatever the
+order of the records (the CPUs' records interleave out of order in a
+recording): sorted in bounded memory (timeorder: batches spilled to
+temporary files and merged), so a trace of any length is exported; the
+counts go into otherData at the end.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from .accesses import (
 )
 from .errors import UsageError
 from .render import ENCODING
+from .timeorder import TimeOrder
 from .tracefile import Trace
 
 PID: Final = 1
@@ -63,7 +67,8 @@ _DUMPS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).enco
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("file", metavar="FILE", help="a trace: text (20070824) or recorded")
+    ap.add_argument("file", metavar="FILE",
+                    help="a trace: text (20070824) or recorded; - for standard input")
     ap.add_argument("--chrome", metavar="OUT.json", required=True,
                     help="write Chrome trace-event JSON here (- for standard output)")
     ap.add_argument("--regs", action="append", default=[], metavar="MAP",
@@ -124,7 +129,7 @@ class ChromeWriter:
     def __init__(self, fh: IO[str], namer: Namer | None = None) -> None:
         self.fh = fh
         self.namer = namer
-        self.first = True
+        self.order = TimeOrder()
         self.threads: set[int] = set()
         self.pending: dict[int, tuple[int, str]] = {}     # tid -> (ts_ns, X event's JSON)
         self.heads: dict[tuple, str] = {}                  # see access()
@@ -136,9 +141,9 @@ class ChromeWriter:
         self.counts = dict.fromkeys(("R", "W", "UNKNOWN", "MAP", "UNMAP", "MARK"), 0)
         self.symbols: Callable[[int], str] | None = None
 
-    def emit(self, ev: dict) -> None:
-        self.fh.write(("\n" if self.first else ",\n") + _DUMPS(ev))
-        self.first = False
+    def emit(self, ev: dict, ts_ns: int = -1) -> None:
+        """An event at ts_ns (-1: metadata, before every other event)."""
+        self.order.add(ts_ns, _DUMPS(ev))
 
     def begin(self, other: dict[str, str]) -> None:
         self.fh.write('{"displayTimeUnit":"ns","traceEvents":[')
@@ -168,7 +173,7 @@ class ChromeWriter:
             self.access(ev, tid)
         elif kind == "MARK":
             self.emit({"name": valid_text(ev.text) or "MARK", "ph": "i", "s": "g", "ts": _us(ts),
-                       "pid": PID, "tid": tid, "cat": "mark"})
+                       "pid": PID, "tid": tid, "cat": "mark"}, ts)
         elif kind == "MAP":
             self.map(ev, tid)
         elif kind == "UNMAP":
@@ -217,8 +222,7 @@ class ChromeWriter:
 
     def complete(self, held: tuple[int, str], dur_ns: int) -> None:
         ts, body = held
-        self.fh.write(("\n" if self.first else ",\n") + f'{body}{_us(ts)},"dur":{_us(dur_ns)}}}')
-        self.first = False
+        self.order.add(ts, f'{body}{_us(ts)},"dur":{_us(dur_ns)}}}')
 
     def head(self, ev: Event, tid: int) -> str:
         """The JSON of an access event up to its value: name, track, address."""
@@ -252,17 +256,17 @@ class ChromeWriter:
         if ev.pc:
             args["caller"] = self.caller(ev.pc)
         self.emit({"name": name, "ph": "b", "cat": "map", "id": ev.map_id, "ts": _us(ev.ts_ns),
-                   "pid": PID, "tid": tid, "args": args})
+                   "pid": PID, "tid": tid, "args": args}, ev.ts_ns)
 
     def unmap(self, ev: Event, tid: int) -> None:
         opened = self.maps.pop(ev.map_id, None)
         if opened is None:          # a mapping this trace did not see made
             self.emit({"name": f"UNMAP {ev.map_id}", "ph": "i", "s": "t", "ts": _us(ev.ts_ns),
-                       "pid": PID, "tid": tid, "cat": "map"})
+                       "pid": PID, "tid": tid, "cat": "map"}, ev.ts_ns)
             return
         name, btid = opened
         self.emit({"name": name, "ph": "e", "cat": "map", "id": ev.map_id,
-                   "ts": _us(ev.ts_ns), "pid": PID, "tid": btid})
+                   "ts": _us(ev.ts_ns), "pid": PID, "tid": btid}, ev.ts_ns)
 
     def end(self) -> None:
         for tid in list(self.pending):
@@ -270,8 +274,13 @@ class ChromeWriter:
         for map_id, (name, tid) in list(self.maps.items()):
             self.emit({"name": name, "ph": "e", "cat": "map", "id": map_id,
                        "ts": _us(self.last_ns), "pid": PID, "tid": tid,
-                       "args": {"unmapped": "no (still mapped at the end of the trace)"}})
+                       "args": {"unmapped": "no (still mapped at the end of the trace)"}},
+                      self.last_ns)
         self.maps.clear()
+        sep = "\n"
+        for _, text in self.order.items():
+            self.fh.write(sep + text)
+            sep = ",\n"
         other = dict(self.other)
         other.update({_COUNT_KEYS[k]: str(n) for k, n in self.counts.items()})
         self.fh.write('\n],"otherData":' + _DUMPS(other) + "}\n")

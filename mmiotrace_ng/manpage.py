@@ -23,7 +23,7 @@ SECTION = "1"
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "docs" / "man"
 # A paragraph of an epilog that is one of these words alone on its first
 # line becomes a section of its own.
-_HEADINGS = {"examples:": "EXAMPLES"}
+_HEADINGS = {"examples:": "EXAMPLES", "exit status:": '"EXIT STATUS"'}
 
 
 def _escape(text: str) -> str:
@@ -193,7 +193,7 @@ def pages() -> dict[str, str]:
     commands = [".SH COMMANDS",
                 "Without a command word, " + _bold(cli.PROG) + " traces, with the options "
                 "above.  Each command has its own page and its own " + _bold("--help") + "."]
-    for n in sorted(subs):
+    for n in sorted(n for n in subs if cli.SUBCOMMANDS[n].listed):
         commands += [".TP", _bold(n), _escape(cli.SUBCOMMANDS[n].summary) + "; see",
                      f".BR \\%{_escape(cli.PROG + '-' + n)} ({SECTION})."]
     page = _page(cli.trace_parser(), cli.PROG, cli.PROG,

@@ -25,8 +25,10 @@ class ClosedPipe(Exception):
 
 @contextlib.contextmanager
 def writing(path: str | None) -> Iterator[BinaryIO]:
-    """The output to write to: the file at path (None: standard output),
-    flushed at the end and closed."""
+    """The output to write to: the file at path (None or "-": standard
+    output), flushed at the end and closed."""
+    if path == "-":
+        path = None
     try:
         out: BinaryIO = open(path, "wb") if path else sys.stdout.buffer  # noqa: SIM115
     except OSError as exc:

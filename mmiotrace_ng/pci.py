@@ -158,26 +158,38 @@ def all_memory_ranges(sysfs_root: str | os.PathLike[str] = "/sys") -> list[Bar]:
     return sorted(found.values(), key=lambda b: b.start)
 
 
-def selected_bars(
-    spec: str, sysfs_root: str | os.PathLike[str] = "/sys"
-) -> tuple[str, list[Bar]]:
-    """The device and the memory BARs a --pci argument names: "BDF" (all its
-    memory BARs) or "BDF@N[,N...]" (BARs N only, 0-5), e.g. a GPU's register
-    BAR without its VRAM aperture."""
+def parse_spec(spec: str) -> tuple[PciAddress, list[int] | None]:
+    """The syntax of a --pci argument: "BDF" (None: all its memory BARs) or
+    "BDF@N[,N...]" (BARs N); BadPciAddress if it is malformed (a BAR the
+    device lacks is for selected_bars to say)."""
     bdf, at, wanted = spec.partition("@")
-    bars = device_bars(bdf, sysfs_root)
+    addr = parse_address(bdf)
     if not at:
-        return bdf, bars
+        return addr, None
     try:
         indexes = [int(n, 10) for n in wanted.split(",")]
     except ValueError:
         raise BadPciAddress(
             f"bad BAR list {wanted!r} in {spec!r}: BAR numbers 0-5, e.g. {bdf}@0,2"
         ) from None
+    return addr, sorted(set(indexes))
+
+
+def selected_bars(
+    spec: str, sysfs_root: str | os.PathLike[str] = "/sys"
+) -> tuple[str, list[Bar]]:
+    """The device and the memory BARs a --pci argument names: "BDF" (all its
+    memory BARs) or "BDF@N[,N...]" (BARs N only, 0-5), e.g. a GPU's register
+    BAR without its VRAM aperture."""
+    bdf = spec.partition("@")[0]
+    _, indexes = parse_spec(spec)
+    bars = device_bars(bdf, sysfs_root)
+    if indexes is None:
+        return bdf, bars
     by_index = {b.index: b for b in bars}
     for n in indexes:
         if n not in by_index:
             have = ", ".join(str(i) for i in by_index)
             raise NoMemoryBars(f"PCI device {_address(bdf)} has no memory BAR {n} "
                                f"(its memory BARs: {have})")
-    return bdf, [by_index[n] for n in sorted(set(indexes))]
+    return bdf, [by_index[n] for n in indexes]

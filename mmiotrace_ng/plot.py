@@ -18,8 +18,9 @@ merged in pairs (the bin width doubles).  Likewise past MAX_ROWS distinct
 addresses, neighbouring addresses share a row (the address granularity
 doubles), so a trace of a frame buffer plots as address ranges.
 
-matplotlib (and numpy, which it needs) is imported only here, in run():
-`pip install mmiotrace-ng[plot]`.
+matplotlib (and numpy, which it needs) is imported only here, in run(),
+after the trace was found readable: the distribution's package (Debian,
+Ubuntu: python3-matplotlib), or `pip install 'mmiotrace-ng[plot]'`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ GAP: Final = 0.05               # idle stretches longer than this share of the t
 MAX_SEGMENTS: Final = 6
 MAX_MARKS: Final = 200          # labelled; more are counted in the title
 BATCH: Final = 65536            # accesses binned at a time
-MISSING: Final = "plot needs matplotlib: pip install mmiotrace-ng[plot]"
+MISSING: Final = ("plot needs matplotlib: install the distribution's package (Debian, "
+                   "Ubuntu: apt install python3-matplotlib) or pip install "
+                   "'mmiotrace-ng[plot]'")
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -74,7 +77,8 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("file", metavar="FILE", help="a trace: text (20070824) or recorded")
+    ap.add_argument("file", metavar="FILE",
+                    help="a trace: text (20070824) or recorded; - for standard input")
     ap.add_argument("-o", "--output", metavar="OUT.png", required=True,
                     help="the PNG to write (- for standard output)")
     ap.add_argument("--regs", action="append", default=[], metavar="MAP",
@@ -92,15 +96,15 @@ def setup(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.start is not None and args.end is not None and args.start >= args.end:
+        raise UsageError("--start must be before --end")
+    trace = open_trace(args.file)
     try:
         import matplotlib
         import numpy  # noqa: F401
     except ImportError:
         raise UsageError(MISSING) from None
     matplotlib.use("Agg")
-    if args.start is not None and args.end is not None and args.start >= args.end:
-        raise UsageError("--start must be before --end")
-    trace = open_trace(args.file)
     namer = register_namer(args.regs)
     width = args.size[0] if args.size else WIDTH
     binner = Binner(width * BIN_FACTOR, namer,
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         binner.feed(ev)
     binner.flush()
     note_unapplied(namer, args.regs, "plot")
-    fig = draw(binner, valid_text(os.path.basename(args.file)), args.size, args.linear)
+    fig = draw(binner, valid_text(os.path.basename(trace.name)), args.size, args.linear)
     try:
         if args.output == "-":
             sys.stdout.flush()

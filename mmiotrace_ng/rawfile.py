@@ -139,14 +139,16 @@ def _read_exact(fh: BinaryIO, n: int) -> bytes | None:
     return data if len(data) == n else None
 
 
-def open_recording(path: str) -> Recording:
-    """The sections of a recorded file (RING ones by position only)."""
+def open_recording(path: str, name: str | None = None) -> Recording:
+    """The sections of a recorded file (RING ones by position only); name:
+    how messages call it (default: path)."""
+    name = path if name is None else name
     with open(path, "rb") as fh:
         magic = fh.read(len(MAGIC))
         if magic.startswith(RAW1_MAGIC):
             return _open_v1(path)
         if magic != MAGIC:
-            raise NotRawFile(f"{path} is not a trace recorded by mmiotrace-ng")
+            raise NotRawFile(f"{name} is not a trace recorded by mmiotrace-ng")
         rec = Recording(path, 2)
         while (head := _read_exact(fh, _SECTION.size)) is not None:
             tag, n = _SECTION.unpack(head)
@@ -160,7 +162,7 @@ def open_recording(path: str) -> Recording:
             try:
                 _section(rec, tag, data)
             except (ValueError, zlib.error) as exc:
-                raise NotRawFile(f"{path}: its {tag.decode(errors='replace').strip()} "
+                raise NotRawFile(f"{name}: its {tag.decode(errors='replace').strip()} "
                                  f"section is damaged ({exc})") from exc
     return rec
 

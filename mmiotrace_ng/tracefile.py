@@ -2,10 +2,15 @@
 annotate, export and plot.
 
 A trace is a text file in the 20070824 format (ours, or the kernel tracer's
-trace_pipe saved), "-" for standard input, or a file that `record` (or
-`--raw`) wrote, which is rendered on the way with the renderer the live
-tracer uses.  Lines come in chunks (lists of str, each line with its "\\n"),
-so a trace of any length is read in constant memory.
+trace_pipe saved), or a file that `record` (or `--raw`) wrote, which is
+rendered on the way with the renderer the live tracer uses; "-" is standard
+input, either kind (a recording there is copied to a temporary file first:
+it is read more than once).  Opening one checks its start: a file that is
+empty, or whose first line (after empty and # lines) is not a 20070824 line,
+is not a trace (TraceError), so that no reader makes output of it.
+
+Lines come in chunks (lists of str, each line with its "\\n"), so a trace
+of any length is read in constant memory.
 
 `Trace.symbols()` gives the traced machine's symbols where the file has
 them (a recording's SYMS section), for callers as function+0xoff [module].
@@ -13,38 +18,74 @@ them (a recording's SYMS section), for callers as function+0xoff [module].
 
 from __future__ import annotations
 
+import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
-from typing import BinaryIO, Final, NamedTuple
+from typing import IO, BinaryIO, Final, NamedTuple
 
 from .rawfile import MAGIC, RAW1_MAGIC, NotRawFile, Recording, open_recording
 from .render import ENCODING, ERRORS, Renderer, lost_line
 
 TEXT_CHUNK: Final = 1 << 20     # bytes of text read at a time
 RENDER_BATCH: Final = 16384     # records of a recording rendered at a time
+HEAD_BLOCK: Final = 1 << 16     # bytes read at a time to check a trace's start
+STDIN: Final = "-"
+# the start of every line the tracers print before and among the records
+RECORD_LINE: Final = re.compile(
+    r"VERSION \S|PCIDEV [0-9a-f]{4} |(MAP|UNMAP|UNKNOWN|MARK) \d+\.\d{6} |"
+    r"[RW] \d+ \d+\.\d{6} -?\d+ 0x")
 
 
 class TraceError(Exception):
     """A trace cannot be read (the message says which and why)."""
 
 
+def display_name(path: str) -> str:
+    """How messages name the input path."""
+    return "standard input" if path == STDIN else path
+
+
 class Trace:
     """One trace to read; chunks() may be called once for "-", any number of
-    times for a file."""
+    times for a file.  TraceError if it cannot be read or is not a trace."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, name: str | None = None) -> None:
+        """name: how messages call it (default: the path; "-": standard input)."""
         self.path = path
+        self.name = display_name(path) if name is None else name
         self.recording: Recording | None = None
-        if path != "-":
-            try:
-                with open(path, "rb") as fh:
-                    start = fh.read(len(MAGIC))
-                if start == MAGIC or start.startswith(RAW1_MAGIC):
-                    self.recording = open_recording(path)
-            except OSError as exc:
-                raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
-            except NotRawFile as exc:
-                raise TraceError(str(exc)) from exc
+        self._head = b""                # standard input: what the check read of it
+        self._spool: IO[bytes] | None = None    # standard input: a recording, copied
+        try:
+            if path == STDIN:
+                self._open_stdin()
+                return
+            with open(path, "rb") as fh:
+                head = _head(fh)
+            if _is_recording(head):
+                self.recording = open_recording(path, self.name)
+            else:
+                check_text(head, self.name)
+        except OSError as exc:
+            raise TraceError(f"cannot read {self.name}: {exc.strerror}") from exc
+        except NotRawFile as exc:
+            raise TraceError(str(exc)) from exc
+
+    def _open_stdin(self) -> None:
+        fh = sys.stdin.buffer
+        head = _head(fh)
+        if not _is_recording(head):
+            check_text(head, self.name)
+            self._head = head
+            return
+        spool = tempfile.TemporaryFile(prefix="mmiotrace-ng-")   # noqa: SIM115 (self's)
+        spool.write(head)
+        shutil.copyfileobj(fh, spool, TEXT_CHUNK)
+        spool.flush()
+        self._spool = spool     # nameless: opened again through /proc while it is open
+        self.recording = open_recording(f"/proc/self/fd/{spool.fileno()}", self.name)
 
     @property
     def recorded(self) -> bool:
@@ -56,14 +97,15 @@ class Trace:
         (text traces are given as they are)."""
         if self.recording is not None:
             yield from _rendered(self.recording, Renderer(compat, pc, pid))
-        elif self.path == "-":
-            yield from _text_chunks(sys.stdin.buffer)
+        elif self.path == STDIN:
+            head, self._head = self._head, b""
+            yield from _text_chunks(_Prefixed(head, sys.stdin.buffer))
         else:
             try:
                 with open(self.path, "rb") as fh:
                     yield from _text_chunks(fh)
             except OSError as exc:
-                raise TraceError(f"cannot read {self.path}: {exc.strerror}") from exc
+                raise TraceError(f"cannot read {self.name}: {exc.strerror}") from exc
 
     def lines(self, **render: bool) -> Iterator[str]:
         for chunk in self.chunks(**render):
@@ -81,7 +123,63 @@ class Trace:
             return None
 
 
-def _text_chunks(fh: BinaryIO) -> Iterator[list[str]]:
+def _is_recording(head: bytes) -> bool:
+    return head.startswith(MAGIC) or head.startswith(RAW1_MAGIC)
+
+
+def _first_line(head: bytes) -> bytes | None:
+    """The first whole line of head that is neither empty nor a # comment."""
+    for line in head.split(b"\n")[:-1]:
+        if line.strip() and not line.startswith(b"#"):
+            return line
+    return None
+
+
+def _head(fh: BinaryIO) -> bytes:
+    """The start of fh, up to its first line that is neither empty nor a
+    comment (all of it if it has none), at most about TEXT_CHUNK bytes."""
+    head = b""
+    while len(head) < TEXT_CHUNK and _first_line(head) is None:
+        block = fh.read(HEAD_BLOCK)
+        if not block:
+            break
+        head += block
+    return head
+
+
+def check_text(head: bytes, name: str) -> None:
+    """TraceError unless head (see _head) starts a 20070824 text trace."""
+    line = _first_line(head)
+    if line is None:
+        line = head.rsplit(b"\n", 1)[-1]     # a last line without its newline
+        if not line.strip() or line.startswith(b"#"):
+            raise TraceError(f"{name} is empty: no trace in it")
+    text = line.decode(ENCODING, ERRORS)
+    if not RECORD_LINE.match(text):
+        try:
+            start = line[:40].decode("utf-8", "strict")
+        except UnicodeDecodeError:
+            start = ""
+        seen = f"it starts {start!r}" if start and start.isprintable() else "binary data"
+        raise TraceError(f"{name} is not a trace: neither mmiotrace text (20070824) nor a "
+                         f"recording of mmiotrace-ng ({seen})")
+
+
+class _Prefixed:
+    """A binary stream's reads, after bytes read from it already."""
+
+    def __init__(self, head: bytes, fh: BinaryIO) -> None:
+        self.head = head
+        self.fh = fh
+
+    def read(self, n: int) -> bytes:
+        if self.head:
+            head, self.head = self.head, b""
+            return head
+        return self.fh.read(n)
+
+
+def _text_chunks(fh: BinaryIO | _Prefixed) -> Iterator[list[str]]:
     rest = b""
     while block := fh.read(TEXT_CHUNK):
         block = rest + block

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import cli, rawfile, vmalloc
+from mmiotrace_ng import arguments, cli, rawfile, vmalloc
 from mmiotrace_ng.records import NgRecMark, NgRecType
 from mmiotrace_ng.render import Renderer
 
@@ -60,13 +60,13 @@ def test_raw_file_rejects_other_files(tmp_path):
 ])
 def test_usage_errors_exit_2(argv, words, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.parse_args(argv)
+        arguments.parse_args(argv)
     assert exc.value.code == 2
     assert words in capsys.readouterr().err
 
 
 def test_command_after_double_dash():
-    args = cli.parse_args(["--pci", "01:00.0", "--", "modprobe", "-v", "nouveau"])
+    args = arguments.parse_args(["--pci", "01:00.0", "--", "modprobe", "-v", "nouveau"])
     assert args.cmd == ["modprobe", "-v", "nouveau"] and args.pci == ["01:00.0"]
 
 
@@ -101,7 +101,6 @@ SUBCOMMAND_LINES = {
     "mark": "write TEXT into the running trace as a MARK line",
     "record": "trace into a binary file, report it later",
     "report": "print a recorded trace as the tracer does",
-    "render": "the same as report (its older name)",
     "status": "print the helper module's counters",
 }
 
@@ -148,7 +147,7 @@ def test_each_subcommand_has_its_help(name, words, capsys):
 
 
 def test_the_trace_parses_the_same_options():
-    args = cli.parse_args([
+    args = arguments.parse_args([
         "--pci", "01:00.0", "--pci", "0000:03:00.0", "--all", "-o", "out.txt", "--compat",
         "--pc", "--pid", "--buffer-size-kb", "64", "--no-existing", "--singlestep",
         "--raw", "out.raw", "--helper", "mmiotng.ko", "-v", "--", "modprobe", "e1000"])
@@ -158,11 +157,11 @@ def test_the_trace_parses_the_same_options():
         "no_existing": True, "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
         "histogram": False, "interval": None}
-    assert vars(cli.parse_args(["--all"])) == {
+    assert vars(arguments.parse_args(["--all"])) == {
         "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None}
-    assert vars(cli.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
+    assert vars(arguments.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
         "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0}
@@ -188,8 +187,6 @@ usage: mmiotrace-ng [-h] [--version] [--pci BDF[@BARS]] [--all]
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["foo"], "unexpected argument 'foo' (put the command after --)"),
-    (["marks", "x"], "unexpected argument 'marks' (put the command after --)"),
     # a subcommand's word after the trace's options is a stray argument
     (["--pci", "01:00.0", "mark", "x"], "unexpected argument 'mark' (put the command after --)"),
     ([], "nothing to trace: give --pci BDF (or --all)"),
@@ -251,6 +248,7 @@ def test_render_prints_a_raw_file(tmp_path, capsys):
 @pytest.mark.parametrize("argv,words", [
     (["render"], "mmiotrace-ng render: error: the following arguments are required: FILE"),
     (["render", "/nonexistent/t.raw"], "mmiotrace-ng: cannot read /nonexistent/t.raw"),
+    (["render", "-", "extra"], "mmiotrace-ng render: error: unrecognized arguments: extra"),
     (["status", "--bogus"], "mmiotrace-ng status: error: unrecognized arguments: --bogus"),
 ])
 def test_subcommand_usage_errors_exit_2(argv, words, capsys):
@@ -269,7 +267,8 @@ def test_subcommands_are_subparsers():
     """Each subcommand is in the parser's table: one entry adds one."""
     ap = cli.build_parser()
     (sub,) = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
-    assert list(sub.choices) == list(cli.SUBCOMMANDS) == list(SUBCOMMAND_LINES)
+    assert list(sub.choices) == list(cli.SUBCOMMANDS)
+    assert [c for c in sub.choices if c != "render"] == list(SUBCOMMAND_LINES)
     assert sub.choices["render"].prog == "mmiotrace-ng render"
 
 

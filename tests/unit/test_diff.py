@@ -556,17 +556,19 @@ def test_recording_with_ignored_values(tmp_path, capsysbinary):
 # --- trouble -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content", [b"hello world\n", b"\x1f\x8b\x08\x00binary\x00\xff",
-                                     b"R four 1.0 1 0x0\n"])
-def test_not_a_trace(tmp_path, capsysbinary, content):
+@pytest.mark.parametrize("content,seen", [
+    (b"hello world\n", "it starts 'hello world'"),
+    (b"\x1f\x8b\x08\x00binary\x00\xff", "binary data"),
+    (b"R four 1.0 1 0x0\n", "it starts 'R four 1.0 1 0x0'")])
+def test_not_a_trace(tmp_path, capsysbinary, content, seen):
     bad = tmp_path / "bad"
     bad.write_bytes(content)
     good = write(tmp_path / "g.txt", Boot().text(scenario(5)))
     for argv in ((str(bad), good), (good, str(bad))):
         status, out, err = run_diff(capsysbinary, *argv)
         assert (status, out) == (2, "")
-        assert re.fullmatch(f"mmiotrace-ng: {re.escape(str(bad))} is not a 20070824 "
-                            r"trace \(it starts .*\)\n", err)
+        assert err == (f"mmiotrace-ng: {bad} is not a trace: neither mmiotrace text "
+                       f"(20070824) nor a recording of mmiotrace-ng ({seen})\n")
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -606,11 +608,16 @@ def test_a_directory_is_unreadable(tmp_path, capsysbinary):
 
 
 def test_empty_trace_against_one(tmp_path, capsysbinary):
-    empty = write(tmp_path / "e.txt", [])
+    """A trace without records (its header only) against one with some;
+    an empty file is no trace at all."""
+    empty = write(tmp_path / "e.txt", ["VERSION 20070824\n"])
     good = write(tmp_path / "g.txt", Boot().text(scenario(2)))
     status, out, _ = run_diff(capsysbinary, empty, good)
-    assert status == 1 and hunks(out)[0][0] == "@@ -0,0 +1,6 @@ MAP 0xfeb40000 0x20000"
+    assert status == 1 and hunks(out)[0][0] == "@@ -1 +1,6 @@ MAP 0xfeb40000 0x20000"
     assert run_diff(capsysbinary, empty, empty) == (0, "", "")
+    nothing = write(tmp_path / "n.txt", [])
+    assert run_diff(capsysbinary, nothing, good) == (
+        2, "", f"mmiotrace-ng: {nothing} is empty: no trace in it\n")
 
 
 def test_help(capsys):
@@ -672,7 +679,7 @@ def test_memory_stays_bounded(tmp_path, monkeypatch):
 
     monkeypatch.setattr(diff._Side, "load", load)
     for name in "01":
-        (tmp_path / name).write_text("")        # what Trace opens to see what it is
+        (tmp_path / name).write_text("VERSION 20070824\n")   # what Trace opens and checks
     args = cli.build_parser().parse_args(["diff", str(tmp_path / "0"), str(tmp_path / "1")])
     assert diff.diff(args, io.BytesIO()) == 0
     # about 250k records a side, in blocks of 10k lines

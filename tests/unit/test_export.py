@@ -281,15 +281,44 @@ def test_accesses_on_one_thread_never_overlap():
     assert max(e["dur"] for e in xs(evs)) == export.ACCESS_NS / 1000
 
 
-def test_events_are_written_as_they_come():
+def test_events_are_written_in_time_order(monkeypatch):
+    """Records of two CPUs interleaved out of time order, a MARK and a MAP
+    among them: the metadata first, then every event by its time, also
+    when the events are more than the sorter holds in memory."""
+    from mmiotrace_ng import timeorder
+
+    monkeypatch.setattr(timeorder, "RUN", 100)      # spills to files past 100
     out = io.StringIO()
     w = export.ChromeWriter(out)
     w.begin({})
+    rng = random.Random(5)
     for i in range(1000):
-        w.feed(Event("W", 1000 * i, 0, 1, 0x1000, 4, i))
-    assert out.getvalue().count('"ph":"X"') == 999       # the last waits for its duration
+        cpu = i % 2
+        w.feed(Event("W", 10**7 + 10**6 * i + (0 if cpu else rng.randrange(-3 * 10**6, 0)), cpu,
+                     1, 0x1000, 4, i))
+        if i == 500:
+            w.feed(Event("MARK", 10**7 + 10**6 * i - 2_500_000, 1, text="half way"))
+            w.feed(Event("MAP", 10**7 + 10**6 * i - 1_500_000, 0, 2, 0x2000, value=0x1,
+                         length=0x1000))
     w.end()
-    assert out.getvalue().count('"ph":"X"') == 1000
+    assert len(w.order.spilled) == 0        # merged and closed
+    evs = check_trace_events(json.loads(out.getvalue()))
+    phases = [e["ph"] for e in evs]
+    assert phases.index("X") > max(i for i, ph in enumerate(phases) if ph == "M")
+    times = [e["ts"] for e in evs if e["ph"] != "M"]
+    assert times == sorted(times) and len(xs(evs)) == 1000
+
+
+def test_time_order_spills_and_merges():
+    from mmiotrace_ng.timeorder import TimeOrder
+
+    order = TimeOrder(run=7)
+    rng = random.Random(1)
+    want = [(rng.randrange(50), f"t{i} \u00e9") for i in range(100)]
+    for ts, text in want:
+        order.add(ts, text)
+    assert len(order.spilled) == 14
+    assert list(order.items()) == sorted(want, key=lambda p: p[0])    # stable
 
 
 # --- recorded files -----------------------------------------------------------

@@ -30,7 +30,8 @@ def mpl():
     try:
         import matplotlib.image
     except ImportError:
-        missing("matplotlib is not installed (pip install mmiotrace-ng[plot])")
+        missing("matplotlib is not installed (python3-matplotlib, or pip install "
+                "'mmiotrace-ng[plot]')")
     return matplotlib.image
 
 
@@ -204,7 +205,9 @@ def test_without_matplotlib(tmp_path, monkeypatch, capsys):
     out = tmp_path / "t.png"
     assert run_plot([src, "-o", str(out)]) == 2
     assert capsys.readouterr().err == f"mmiotrace-ng: {plot.MISSING}\n"
-    assert plot.MISSING == "plot needs matplotlib: pip install mmiotrace-ng[plot]"
+    assert plot.MISSING == ("plot needs matplotlib: install the distribution's package "
+                           "(Debian, Ubuntu: apt install python3-matplotlib) or pip install "
+                           "'mmiotrace-ng[plot]'")
     assert not out.exists()
 
 

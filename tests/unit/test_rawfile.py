@@ -140,7 +140,7 @@ def test_a_damaged_section_is_said_not_raised(tmp_path, capsys):
 def test_text_without_newlines_is_read_in_bounded_pieces(tmp_path):
     from mmiotrace_ng.tracefile import TEXT_CHUNK, Trace
 
-    (tmp_path / "junk").write_bytes(b"x" * (3 * TEXT_CHUNK + 5))
+    (tmp_path / "junk").write_bytes(b"VERSION 20070824\n" + b"x" * (3 * TEXT_CHUNK + 5))
     chunks = list(Trace(str(tmp_path / "junk")).chunks())
     assert max(len(line) for c in chunks for line in c) <= 2 * TEXT_CHUNK
-    assert sum(len(line.rstrip("\n")) for c in chunks for line in c) == 3 * TEXT_CHUNK + 5
+    assert sum(len(line.rstrip("\n")) for c in chunks for line in c) == 3 * TEXT_CHUNK + 5 + 16

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 import pytest
 
-from mmiotrace_ng import start
+from mmiotrace_ng import arguments, start
 
 
 @pytest.mark.parametrize("argv,want", [
     (["--pci", "01:00.0"], True),
-    (["--pci", "01:00.0", "--", "modprobe", "--help"], True),   # the command's own --help
     (["record", "--pci", "01:00.0", "-o", "x"], True),
-    (["--all", "-o", "out.txt"], True),
+    (["--help"], True),                 # parsed early: argparse prints the help
     ([], False),
-    (["--help"], False),
-    (["--pci", "01:00.0", "-h"], False),
-    (["--version"], False),
     (["report", "x.raw"], False),
     (["diff", "a", "b"], False),
     (["status"], False),
-    (["record", "--help"], False),
 ])
-def test_which_runs_fetch_the_programs_early(argv, want, monkeypatch) -> None:
+def test_which_runs_are_parsed_early(argv, want, monkeypatch) -> None:
     monkeypatch.setattr(start.os, "geteuid", lambda: 0)
     assert start.wants_programs(argv) is want
 
@@ -29,6 +27,86 @@ def test_which_runs_fetch_the_programs_early(argv, want, monkeypatch) -> None:
 def test_not_as_root(monkeypatch) -> None:
     monkeypatch.setattr(start.os, "geteuid", lambda: 1000)
     assert not start.wants_programs(["--pci", "01:00.0"])
+
+
+def run_start(argv: list[str], euid: int, monkeypatch, capsys):
+    """start.main on argv as user euid, the prefetch and the trace replaced:
+    (exit status, stderr, prefetches begun, the arguments the trace got)."""
+    from mmiotrace_ng import cli
+
+    prefetches: list[int] = []
+    traced: list = []
+    monkeypatch.setattr(start.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(start, "prefetch_programs", lambda: prefetches.append(1))
+    monkeypatch.setattr(cli, "trace", lambda args: traced.append(args) or 0)
+    monkeypatch.setattr(sys, "argv", ["mmiotrace-ng", *argv])
+    try:
+        status = start.main()
+    except SystemExit as exc:
+        status = exc.code
+    return status, capsys.readouterr().err, len(prefetches), traced
+
+
+TRACE_USAGE = arguments.trace_parser().format_usage()
+RECORD_USAGE = arguments.record_parser().format_usage()
+BAD_BDF = ("bad PCI address 'zz': expected [DDDD:]BB:DD.F in hex, e.g. 0000:01:00.0 or "
+           "01:00.0 (see lspci -D)")
+
+
+@pytest.mark.parametrize("euid", [0, 1000])
+@pytest.mark.parametrize("argv,err", [
+    (["--bogus"], TRACE_USAGE + "mmiotrace-ng: error: unrecognized arguments: --bogus\n"),
+    (["--pci", "zz"], TRACE_USAGE + f"mmiotrace-ng: error: {BAD_BDF}\n"),
+    (["--pci", "01:00.0@x"], TRACE_USAGE + "mmiotrace-ng: error: bad BAR list 'x' in "
+     "'01:00.0@x': BAR numbers 0-5, e.g. 01:00.0@0,2\n"),
+    (["--pci", "01:00.0", "modprobe"], TRACE_USAGE + "mmiotrace-ng: error: unexpected "
+     "argument 'modprobe' (put the command after --)\n"),
+    (["record", "--pci", "01:00.0"], RECORD_USAGE + "mmiotrace-ng record: error: the "
+     "following arguments are required: -o/--output\n"),
+    (["record", "-o", "x.rec"], RECORD_USAGE + "mmiotrace-ng record: error: nothing to "
+     "trace: give --pci BDF (or --all)\n"),
+    (["record", "--pci", "zz", "-o", "x.rec"],
+     RECORD_USAGE + f"mmiotrace-ng record: error: {BAD_BDF}\n"),
+])
+def test_usage_errors_before_anything_starts(argv, err, euid, monkeypatch, capsys) -> None:
+    """As root: no compile begun (bcc would run modprobe kheaders); as a
+    user: the usage error, not the missing privilege."""
+    assert run_start(argv, euid, monkeypatch, capsys) == (2, err, 0, [])
+
+
+def test_a_good_trace_fetches_the_programs_then_traces(monkeypatch, capsys) -> None:
+    status, err, prefetches, traced = run_start(["--pci", "01:00.0", "--", "true"], 0,
+                                                monkeypatch, capsys)
+    assert (status, err, prefetches) == (0, "", 1)
+    assert traced[0].pci == ["01:00.0"] and traced[0].cmd == ["true"]
+    status, err, prefetches, traced = run_start(
+        ["record", "--pci", "01:00.0@0", "-o", "x.rec", "--", "true"], 0, monkeypatch, capsys)
+    assert (status, err, prefetches) == (0, "", 1)
+    assert (traced[0].raw, traced[0].output, traced[0].cmd) == ("x.rec", None, ["true"])
+
+
+def test_as_a_user_a_good_trace_needs_root(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(start.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sys, "argv", ["mmiotrace-ng", "--pci", "01:00.0"])
+    assert start.main() == 2
+    assert capsys.readouterr().err == ("mmiotrace-ng: must be run as root (it loads a kernel "
+                                       "module and BPF programs)\n")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["record", "--help"]])
+def test_help_and_version_fetch_nothing(argv, monkeypatch, capsys) -> None:
+    status, err, prefetches, traced = run_start(argv, 0, monkeypatch, capsys)
+    assert (status, err, prefetches, traced) == (0, "", 0, [])
+
+
+def test_record_parses_the_same_early_and_late() -> None:
+    """The record parser start.py uses is the one of mmiotrace-ng record."""
+    from mmiotrace_ng import cli
+
+    (sub,) = [a for a in cli.build_parser()._actions
+              if isinstance(a, argparse._SubParsersAction)]
+    late = sub.choices["record"]
+    assert late.format_help() == arguments.record_parser().format_help()
 
 
 def test_a_run_that_fails_early_exits_at_once_while_the_programs_compile(tmp_path) -> None:
@@ -46,7 +124,7 @@ def test_a_run_that_fails_early_exits_at_once_while_the_programs_compile(tmp_pat
         "    time.sleep(60)\n"
         "loader._compiled = slow\n"
         "start.os.geteuid = lambda: 0\n"
-        "sys.argv = ['mmiotrace-ng', '--pci', 'zz:zz.z']\n"
+        "sys.argv = ['mmiotrace-ng', '--pci', 'ffff:ff:1f.7']   # no such device\n"
         "sys.exit(start.main())\n")
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
