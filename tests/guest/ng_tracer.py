@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -13,6 +14,20 @@ NG = [str(REPO / "tests" / "vm" / "bin" / "mmiotrace-ng")]
 ARTIFACTS = REPO / "tests" / "artifacts"
 MARKER = Path("/sys/kernel/tracing/trace_marker")
 START_TIMEOUT = 300.0   # bcc compiles the BPF programs: slow under TCG
+
+
+def read_growing(path: Path) -> str:
+    """A file another process is appending to, on the checkout's 9p mount:
+    on Linux 7.x the 9p client may answer such a read with ENODATA while
+    the size changes under it; the read is made again."""
+    for _ in range(50):
+        try:
+            return path.read_text(errors="replace")
+        except OSError as exc:
+            if exc.errno != errno.ENODATA:
+                raise
+            time.sleep(0.05)
+    return path.read_text(errors="replace")
 
 
 class NgTracer:
@@ -34,7 +49,7 @@ class NgTracer:
                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if "ready" in self.errf.read_text(errors="replace"):
+            if "ready" in read_growing(self.errf):
                 return self
             if self.proc.poll() is not None:
                 raise AssertionError(f"mmiotrace-ng exited {self.proc.returncode}: "
@@ -44,7 +59,7 @@ class NgTracer:
                              + self.errf.read_text(errors="replace"))
 
     def text(self) -> str:
-        return self.out.read_text(errors="replace")
+        return read_growing(self.out)
 
     def wait_for(self, needle: str, timeout: float = 60.0) -> str:
         deadline = time.monotonic() + timeout
@@ -75,7 +90,7 @@ class NgTracer:
             raise
 
     def stderr(self) -> str:
-        return self.errf.read_text(errors="replace")
+        return read_growing(self.errf)
 
 
 def sections(text: str) -> dict[int, str]:

@@ -428,14 +428,15 @@ MARK_CYCLES = 8
 
 class MarkerWriter(threading.Thread):
     """Writes 64-byte markers in a loop on one CPU, from a page that is
-    there or from one never touched (the kernel's nofault copy fails:
-    EFAULT, "<faulted>")."""
+    there or from one that cannot be read (PROT_NONE: the kernel's copy
+    fails, EFAULT, "<faulted>", on every kernel; an untouched page is
+    faulted in by the marker write of newer kernels)."""
 
     def __init__(self, cpu: int, faulting: bool) -> None:
         super().__init__(daemon=True)
         self.cpu = cpu
-        self.page = libc.mmap(None, PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
-                              mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        prot = mmap.PROT_NONE if faulting else mmap.PROT_READ | mmap.PROT_WRITE
+        self.page = libc.mmap(None, PAGE, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
         assert self.page not in (None, ctypes.c_void_p(-1).value)
         if not faulting:
             ctypes.memmove(self.page, b"ng-marker-in-flight\n".ljust(64, b"x"), 64)

@@ -119,15 +119,15 @@ def test_values_and_timestamps(exerciser):
 @pytest.mark.parametrize(("args", "why"), [
     (["edu_watched:rw-"], "it is in edu_exerciser: MODULE:SYMBOL"),
     (["a:b:c:rw-"], "expected [MODULE:]SYMBOL"),
-    (["pid_max"], "expected [MODULE:]SYMBOL"),
-    (["pid_max:r--"], "no read-only data breakpoint"),
-    (["pid_max:rwx"], "OP must be rw-"),
+    (["panic_timeout"], "expected [MODULE:]SYMBOL"),
+    (["panic_timeout:r--"], "no read-only data breakpoint"),
+    (["panic_timeout:rwx"], "OP must be rw-"),
     (["no_such_symbol_at_all:rw-"], "no symbol no_such_symbol_at_all in the kernel"),
-    (["pid_max:rw-", "pid_max/4:-w-"], "watched twice"),
-    (["pid_max/3:rw-"], "LEN must be 1, 2, 4 or 8"),
-    (["pid_max+2/4:rw-"], "must be 4-byte aligned"),
+    (["panic_timeout:rw-", "panic_timeout/4:-w-"], "watched twice"),
+    (["panic_timeout/3:rw-"], "LEN must be 1, 2, 4 or 8"),
+    (["panic_timeout+2/4:rw-"], "must be 4-byte aligned"),
     (["schedule:rw-"], "is a function"),
-    ([f"{VAR}:rw-", "pid_max:rw-", "max_threads:rw-", "edu_exerciser:edu_watch_sink:rw-",
+    ([f"{VAR}:rw-", "panic_timeout:rw-", "max_threads:rw-", "edu_exerciser:edu_watch_sink:rw-",
       "jiffies_64:rw-"], "at most 4 at a time"),
 ])
 def test_bad_request_one_line_exit_2(exerciser, args, why):
@@ -138,7 +138,7 @@ def test_bad_request_one_line_exit_2(exerciser, args, why):
     assert len(lines) == 1 and lines[0].startswith("mmiotrace-ng: ") and why in lines[0], lines
 
 
-FOUR = [f"{VAR}:-w-", "edu_exerciser:edu_watch_sink:-w-", "pid_max:-w-", "max_threads:-w-"]
+FOUR = [f"{VAR}:-w-", "edu_exerciser:edu_watch_sink:-w-", "panic_timeout:-w-", "max_threads:-w-"]
 
 
 def test_sigkill_leaves_no_breakpoint(exerciser):
