@@ -193,12 +193,14 @@ bool ng_overlaps_filter(phys_addr_t phys, unsigned long size);
 void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
 			    unsigned int width);
 void ng_windows_reset(void);
+bool ng_overlaps_windows(unsigned long start, unsigned long len);
 int ng_windows_init(void);
 void ng_windows_exit(void);
 
 /* mmiotng_probes.c */
 bool ng_unmap_in_flight(unsigned long base, unsigned long len);
 bool ng_probes_alive(void);
+unsigned long ng_probes_missed(void);
 int ng_probes_init(void);
 void ng_probes_exit(void);
 

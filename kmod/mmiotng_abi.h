@@ -120,7 +120,8 @@ enum mmiotng_cmd {
 	X(STAT_RETRIED, U64, REPLY)	/* faults that raced a disarm, retried */ \
 	X(STAT_ABI_VERSION, U32, REPLY)	/* MMIOTNG_ABI_VERSION of the module */ \
 	X(STAT_STALE, U64, REPLY)	/* armed entries unmapped unseen, left alone */ \
-	X(STAT_PROBES_OFF, U32, REPLY)	/* 1: kprobes are disabled, nothing traced */
+	X(STAT_PROBES_OFF, U32, REPLY)	/* 1: kprobes are disabled, nothing traced */ \
+	X(STAT_MISSED, U64, REPLY)	/* ioremap/iounmap calls the probes missed */
 
 #define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
 

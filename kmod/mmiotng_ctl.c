@@ -60,6 +60,9 @@ static bool ng_probes_off;	/* the last check found them off; ng_mutex */
 
 /* the MARK's text: MMIOTNG_MARK_TP's readers read MMIOTNG_MARK_MAX bytes */
 static char ng_note[MMIOTNG_MARK_MAX + 1] = NG_PROBES_OFF_NOTE;
+/* ng_probes_missed() at the last check, and the MARK that says more; ng_mutex */
+static unsigned long ng_missed_seen;
+static char ng_missed_note[MMIOTNG_MARK_MAX + 1];
 
 /* ---- the session ---------------------------------------------------- */
 
@@ -98,6 +101,26 @@ bool ng_session_release(u32 portid, const struct net *net)
 }
 
 /*
+ * Calls of ioremap and iounmap the probes missed since the last check are
+ * said in the trace (their mappings are not traced, or not disarmed by the
+ * probe).  ng_mutex held.
+ */
+static void ng_note_missed(void)
+{
+	unsigned long missed = ng_probes_missed();
+
+	if (missed == ng_missed_seen)
+		return;
+	if (atomic_read(&ng_state) == NG_TRACER) {
+		snprintf(ng_missed_note, sizeof(ng_missed_note),
+			 "mmiotrace-ng: the helper's ioremap/iounmap probes missed %lu calls: mappings made or unmapped then are NOT traced",
+			 missed - ng_missed_seen);
+		trace_mmiotng_mark(ng_missed_note, strlen(ng_missed_note));
+	}
+	ng_missed_seen = missed;
+}
+
+/*
  * Whether the ioremap and iounmap probes fire (see the top of this file).
  * When a check first finds them off during a session, that session's
  * tracing stops.  ng_mutex held.
@@ -107,6 +130,7 @@ bool ng_check_probes(void)
 	bool was_off = ng_probes_off;
 
 	lockdep_assert_held(&ng_mutex);
+	ng_note_missed();
 	ng_probes_off = !ng_probes_alive();
 	if (!ng_probes_off || was_off || atomic_read(&ng_state) != NG_TRACER)
 		return !ng_probes_off;
@@ -289,7 +313,7 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 	lockdep_assert_held(&ng_mutex);
 	if (!size || size > NG_MAX_FILTER_SIZE || virt + size < virt ||
 	    !is_vmalloc_addr((void *)virt) || !is_vmalloc_addr((void *)(virt + size - 1)) ||
-	    (virt & ~PAGE_MASK) != (phys & ~PAGE_MASK))
+	    (virt & ~PAGE_MASK) != (phys & ~PAGE_MASK) || ng_overlaps_windows(virt, size))
 		return -EINVAL;
 	f = ng_find_filter(phys, size);
 	if (!f)

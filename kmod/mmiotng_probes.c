@@ -37,6 +37,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/kprobes.h>
+#include <linux/moduleparam.h>
 #include <linux/slab.h>
 #include <linux/mm.h>
 #include <linux/cpumask.h>
@@ -305,12 +306,29 @@ bool ng_probes_alive(void)
 	return READ_ONCE(ng_canary_hits) != before;
 }
 
+/*
+ * Calls of ioremap and iounmap the probes missed: no free kretprobe
+ * instance (maxactive), or a hit inside another probe's handler.  A missed
+ * ioremap is a mapping not armed, a missed iounmap one not disarmed when
+ * it went (its entries are then left alone: ng_page_restore).  Any context.
+ */
+unsigned long ng_probes_missed(void)
+{
+	return READ_ONCE(ng_ioremap_probe.nmissed) + READ_ONCE(ng_ioremap_probe.kp.nmissed) +
+	       READ_ONCE(ng_iounmap_probe.nmissed);
+}
+
+static int test_maxactive;
+module_param(test_maxactive, int, 0444);
+MODULE_PARM_DESC(test_maxactive,
+		 "kretprobe instances of the ioremap probe (tests: a small number makes it miss calls)");
+
 int ng_probes_init(void)
 {
 	int maxactive = max_t(int, 64, 4 * num_possible_cpus());
 	int ret;
 
-	ng_ioremap_probe.maxactive = maxactive;
+	ng_ioremap_probe.maxactive = test_maxactive > 0 ? test_maxactive : maxactive;
 	ng_iounmap_done_probe.maxactive = maxactive;
 	ng_canary_probe.addr = (kprobe_opcode_t *)ng_probe_canary;
 	ret = register_kprobe(&ng_canary_probe);

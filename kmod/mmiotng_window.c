@@ -105,6 +105,18 @@ void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
 	return (void __iomem *)(w->va + (addr & ~PAGE_MASK));
 }
 
+/*
+ * Whether [start, start + len) touches the windows' area: never a mapping
+ * to arm (an access through a window would fault on the window itself).
+ */
+bool ng_overlaps_windows(unsigned long start, unsigned long len)
+{
+	unsigned long first = (unsigned long)ng_window_area;
+	unsigned long size = NG_WINDOWS * num_possible_cpus() * PAGE_SIZE;
+
+	return start < first + size && first < start + len;
+}
+
 /* Every window shows its own page again; process context, none in use. */
 void ng_windows_reset(void)
 {

@@ -95,7 +95,8 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_STAT_ABI_VERSION = 15
     MMIOTNG_A_STAT_STALE = 16
     MMIOTNG_A_STAT_PROBES_OFF = 17
-    MMIOTNG_A_PAD = 18
+    MMIOTNG_A_STAT_MISSED = 18
+    MMIOTNG_A_PAD = 19
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -123,6 +124,7 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_STAT_ABI_VERSION: "uint32",
     MmiotngAttr.MMIOTNG_A_STAT_STALE: "uint64",
     MmiotngAttr.MMIOTNG_A_STAT_PROBES_OFF: "uint32",
+    MmiotngAttr.MMIOTNG_A_STAT_MISSED: "uint64",
     MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 

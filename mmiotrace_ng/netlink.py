@@ -74,6 +74,7 @@ class Status(NamedTuple):
     abi_version: int   # 0: a module older than the attribute
     stale: int         # armed entries an unseen iounmap changed, left alone
     probes_off: int    # 1: kprobes are disabled, the helper traces nothing
+    missed: int        # ioremap/iounmap calls its probes missed (said in the trace)
 
 
 class HelperSocket:
@@ -142,4 +143,4 @@ class HelperSocket:
         return Status(get("ARMED_PAGES"), get("MAPPINGS"), get("FILTERS"), get("FAULTS"),
                       get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"),
                       get("REFUSED"), get("RETRIED"), get("ABI_VERSION"), get("STALE"),
-                      get("PROBES_OFF"))
+                      get("PROBES_OFF"), get("MISSED"))

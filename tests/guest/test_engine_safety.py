@@ -30,6 +30,7 @@ from ng_tracer import MARKER, REPO, NgTracer, helper_status
 from test_reliability import PY
 
 import mmiotrace_ng.netlink as nl
+from mmiotrace_ng.vmalloc import read_vmallocinfo
 
 STRESS = EXERCISER_DEBUGFS / "stress"
 HELPER_KO = REPO / "kmod" / "mmiotng.ko"
@@ -358,6 +359,20 @@ raise SystemExit(99)
         run.stop()
     finally:
         run.kill()
+    # the helper's own windows, while one shows page 0 of BAR0 (the readl
+    # was emulated through it): an armed window would fault on itself
+    areas = [ln.split()[0] for ln in read_vmallocinfo().splitlines() if "ng_windows_init" in ln]
+    assert len(areas) == 1, areas
+    lo, hi = (int(x, 16) for x in areas[0].split("-"))
+    with nl.HelperSocket() as h:
+        h.filter_add(start, length)
+        exerciser.run("readl")
+        took = {va: nl_errno(lambda va=va: h.arm_existing(va, PAGE, start))
+                for va in range(lo, hi - PAGE, PAGE)}     # the last page is a guard
+        h.disarm_all()
+    wrong = [c for c in took.values() if c != errno.EINVAL]
+    results["(e) ARM_EXISTING of the helper's windows"] = (
+        wrong[0] if wrong else errno.EINVAL, errno.EINVAL, "")
     def name(code: int) -> str:
         return "accepted" if code == 0 else errno.errorcode.get(code, str(code))
 
@@ -758,6 +773,46 @@ def test_mappings_made_faster_than_the_spares_refill_are_traced(exerciser):
     st = status()
     assert st.armed_pages == 0 and st.mappings == 0, st
     assert exerciser.mismatches() == 0
+
+
+# ---- ioremaps the probe misses are said -----------------------------------
+
+MISS_MAPS = 200
+
+
+def test_ioremaps_the_probe_misses_are_said(exerciser):
+    """With one kretprobe instance for the ioremap probe (test_maxactive=1),
+    two tasks mapping a page of BAR0 in a loop, one on each CPU, make the
+    probe miss calls: STATUS counts them, the trace says them (NOT traced),
+    and every mapping is either traced (its MAP line and its read) or one
+    of those said."""
+    subprocess.run(["rmmod", "mmiotng"], capture_output=True)
+    subprocess.run(["insmod", str(HELPER_KO), "test_maxactive=1"], check=True)
+    try:
+        base = exerciser.bar0[0]
+        t = NgTracer(["--pci", exerciser.dev.name], "ng-missed").start()
+        try:
+            def maploops() -> None:
+                procs = [subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c",
+                                           f'echo "maploop {MISS_MAPS}" > {STRESS}'])
+                         for cpu in (0, 1)]
+                assert [p.wait(600) for p in procs] == [0, 0]
+                status()        # a command: the helper says the misses now
+            text = t.section(maploops)
+            missed = status().missed
+        finally:
+            assert t.stop() == 0
+    finally:
+        subprocess.run(["rmmod", "mmiotng"], check=True)
+        ensure_helper()
+    maps = re.findall(rf"^MAP \S+ \d+ 0x{base:x} 0x[0-9a-f]+ 0x1000 ", text, re.M)
+    said = [int(n) for n in re.findall(r"^MARK .* probes missed (\d+) calls: .* NOT traced$",
+                                         text, re.M)]
+    reads = [r for r in to_records(text, base) if r[0] == "R"]
+    print(f"{len(maps)} traced, {sum(said)} missed ({missed} counted)")
+    assert missed > 0 and sum(said) == missed, (said, missed)
+    assert len(maps) + sum(said) == 2 * MISS_MAPS
+    assert reads == [("R", 4, 0, IDENT)] * len(maps)
 
 
 # ---- item 9: the kernel's own mmiotrace and a session exclude each other ----
