@@ -22,7 +22,8 @@
  * the KVM modules only on newer kernels (7.x), flush_tlb_all() and
  * flush_tlb_kernel_range() never were: the instructions are the same.
  * INVPCID type 2 where the CPU has it, else a CR4.PGE toggle (a change of
- * PGE flushes all entries of all PCIDs).  Interrupts are kept off between
+ * PGE flushes all entries of all PCIDs), or without PGE (some virtual
+ * CPUs: setting it would fault) a CR3 write.  Interrupts are kept off between
  * the two CR4 writes, so nothing runs with PGE flipped.  Native CPUs and
  * HVM guests only: ng_compat_check() refuses a Xen PV guest.
  */
@@ -32,6 +33,11 @@ static inline void ng_flush_tlb_local(void)
 
 	if (cpu_feature_enabled(X86_FEATURE_INVPCID)) {
 		invpcid_flush_all();
+		return;
+	}
+	if (!boot_cpu_has(X86_FEATURE_PGE)) {
+		/* no global pages (and no PCID): a CR3 write drops them all */
+		native_write_cr3(__native_read_cr3());
 		return;
 	}
 	raw_local_irq_save(flags);

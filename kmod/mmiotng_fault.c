@@ -642,7 +642,8 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 			this_cpu_inc(ng_stats.emulated);
 			goto out;
 		}
-		if (emu == NG_NEEDS_USER_PAGE)
+		/* an NMI cannot wait for a page: it steps, page faults off */
+		if (emu == NG_NEEDS_USER_PAGE && !in_nmi())
 			goto fault_in;
 	}
 	if (ng_stepping(0)) {	/* an NMI during a step: it joins the step */
@@ -744,15 +745,18 @@ static struct kprobe ng_lookup_probe;
 
 /*
  * Whether the compiler made a clone of the hooked function that callers
- * call instead of it (.constprop, .isra: other arguments, so the fault
- * path would bypass the hook).  A kprobe registered disabled finds a
- * symbol without patching anything.  Load time, process context.
+ * call instead of it (.constprop, .isra: other arguments; .part: the rest
+ * of it after the inlined head), so the fault path would bypass the hook.
+ * A kprobe registered disabled finds a symbol without patching anything;
+ * any answer but "no such symbol" counts as a clone (a symbol that cannot
+ * be probed is still one callers may call).  Load time, process context.
  */
 static bool ng_fault_func_cloned(void)
 {
-	static const char * const kinds[] = { "constprop", "isra" };
+	static const char * const kinds[] = { "constprop", "isra", "part" };
 	char name[64];
 	unsigned int k, n;
+	int ret;
 
 	for (k = 0; k < ARRAY_SIZE(kinds); k++) {
 		for (n = 0; n < 4; n++) {
@@ -760,9 +764,11 @@ static bool ng_fault_func_cloned(void)
 			memset(&ng_lookup_probe, 0, sizeof(ng_lookup_probe));
 			ng_lookup_probe.symbol_name = name;
 			ng_lookup_probe.flags = KPROBE_FLAG_DISABLED;
-			if (register_kprobe(&ng_lookup_probe))
+			ret = register_kprobe(&ng_lookup_probe);
+			if (ret == -ENOENT)
 				continue;
-			unregister_kprobe(&ng_lookup_probe);
+			if (!ret)
+				unregister_kprobe(&ng_lookup_probe);
 			pr_err("this kernel cannot be served: %s has a clone %s that callers may call instead\n",
 			       NG_FAULT_FUNC, name);
 			return true;

@@ -158,12 +158,21 @@ void ng_page_arm(struct ng_page *pg)
 bool ng_page_disarm(struct ng_page *pg)
 {
 	pteval_t *entry = &pg->ptep->pte;	/* a 2M entry: the same 64 bits */
+	pteval_t old;
 	bool ours;
+
+	BUILD_BUG_ON(NG_ARMED_ENTRY & ~_PAGE_KNL_ERRATUM_MASK);
 
 	if (!pg->armed)
 		return true;
 	pg->armed = false;
-	ours = cmpxchg(entry, NG_ARMED_ENTRY, pg->saved) == NG_ARMED_ENTRY;
+	/*
+	 * Knights Landing may set the accessed and dirty bits of a not-present
+	 * entry (the erratum pte_none() ignores them for): still ours.
+	 */
+	old = READ_ONCE(*entry);
+	ours = old && !(old & ~_PAGE_KNL_ERRATUM_MASK) &&
+	       cmpxchg(entry, old, pg->saved) == old;
 	if (!ours) {
 		pg->lost = true;	/* never armed again (after a step) */
 		this_cpu_inc(ng_stats.stale);

@@ -4,16 +4,22 @@
  *
  * - A kretprobe on __ioremap_caller() arms every new mapping of a filtered
  *   range before ioremap returns it to the driver.
- * - A kprobe at iounmap() entry restores the pages of an armed mapping
+ * - An ftrace ops at iounmap() entry restores the pages of an armed mapping
  *   before vunmap clears them, and marks the address as being unmapped; a
  *   kretprobe on iounmap() clears the mark when the unmap is complete.
+ *   The entry hook is an ftrace ops, PERMANENT as the fault hook, not a
+ *   kprobe: switching kprobes off (debugfs) must not let a mapping be
+ *   unmapped unseen.  vunmap does not clear an armed 2M entry (it is
+ *   "none" to pmd_none() and not huge to pmd_clear_huge()), so a disarm
+ *   after an unseen unmap could not tell it from a live one.
  *   ARM_EXISTING refuses an address with a mark: between iounmap's entry
  *   and the end of vunmap the entries it would save are about to be freed,
  *   and writing them back later would corrupt the page table.
  *
  * Locking in this file:
- *  - The handlers run in probe context (preemption off), on any CPU at
- *    once; they never sleep and never print.  They take ng_lock (irqsave)
+ *  - The handlers run in probe context (preemption off), the iounmap
+ *    entry hook in iounmap's caller's (ftrace), on any CPU at once; they
+ *    never sleep and never print.  They take ng_lock (irqsave)
  *    for every look at the filter and mapping lists and the marks.  The
  *    ioremap probe allocates only when its filter's spares are used up,
  *    GFP_NOWAIT, outside the lock, and never on PREEMPT_RT.
@@ -23,8 +29,14 @@
  *    which refuses every ARM_EXISTING while it is not zero.
  *  - The mapping an iounmap disarms is kept as a spare or freed after an
  *    RCU grace period (call_rcu): the fault path may still be looking at it.
- *  - ng_probes_alive() runs with ng_mutex held, which serializes it; the
- *    canary's handler runs on the calling CPU, inside that call.
+ *  - ng_probes_alive() may run anywhere but in a probe handler, on any CPU
+ *    at once: the canary's hits are an atomic count, and while the kprobes
+ *    are off nothing counts, so a concurrent call can only make a "yes"
+ *    that is true anyway.
+ *  - The iounmap hook marks an address only while the kprobes fire: the
+ *    kretprobe that takes the mark away must see the same call (a mark
+ *    made while they are off would stay for ever).  While they are off no
+ *    session arms anything (ng_check_probes), so no mark is needed then.
  *
  * Writing 0 to /sys/kernel/debug/kprobes/enabled disarms every kprobe at
  * once and tells nobody: no flag of the kprobe changes (kprobe_disabled()
@@ -36,11 +48,13 @@
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/ftrace.h>
 #include <linux/kprobes.h>
 #include <linux/moduleparam.h>
 #include <linux/slab.h>
 #include <linux/mm.h>
 #include <linux/cpumask.h>
+#include <linux/delay.h>
 
 #include "mmiotng.h"
 
@@ -104,12 +118,19 @@ struct ng_ioremap_args {
 	unsigned long size;
 };
 
+static int test_maxactive;
+module_param(test_maxactive, int, 0444);
+MODULE_PARM_DESC(test_maxactive,
+		 "tests: kretprobe instances of the ioremap probe, each held 1 ms longer (calls on two CPUs then overlap, and the probe misses some)");
+
 static int ng_ioremap_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
 	struct ng_ioremap_args *a = (void *)ri->data;
 
 	a->phys = regs_get_kernel_argument(regs, 0);
 	a->size = regs_get_kernel_argument(regs, 1);
+	if (test_maxactive > 0)
+		mdelay(1);
 	return 0;
 }
 
@@ -228,15 +249,21 @@ static struct kretprobe ng_ioremap_probe = {
 
 /* ---- iounmap ------------------------------------------------------- */
 
-/* iounmap() entry: put the pages back before the area is freed. */
+/*
+ * iounmap() entry: put the pages back before the area is freed.  From the
+ * ftrace hook (p is NULL): process context, preemption possibly on; all it
+ * does is under ng_lock with interrupts off.
+ */
 static int ng_iounmap_pre(struct kprobe *p, struct pt_regs *regs)
 {
 	unsigned long base = regs_get_kernel_argument(regs, 0) & PAGE_MASK;
+	bool mark = ng_probes_alive();
 	struct ng_mapping *m;
 	unsigned long flags;
 
 	ng_lock_irqsave(&flags);
-	ng_unmap_mark(base);
+	if (mark)
+		ng_unmap_mark(base);
 	m = ng_find_mapping(base);
 	if (m && m->base == base)
 		ng_mapping_disarm(m);
@@ -248,10 +275,40 @@ static int ng_iounmap_pre(struct kprobe *p, struct pt_regs *regs)
 	return 0;
 }
 
-static struct kprobe ng_iounmap_probe = {
-	.symbol_name = "iounmap",
-	.pre_handler = ng_iounmap_pre,
+static void notrace ng_iounmap_ftrace(unsigned long ip, unsigned long parent_ip,
+				      struct ftrace_ops *op, struct ftrace_regs *fregs)
+{
+	struct pt_regs *regs = ftrace_get_regs(fregs);
+
+	if (regs)
+		ng_iounmap_pre(NULL, regs);
+}
+
+static struct ftrace_ops ng_iounmap_ops = {
+	.func = ng_iounmap_ftrace,
+	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_PERMANENT,
 };
+
+static int ng_iounmap_hook(void)
+{
+	char name[] = "iounmap";
+	int ret;
+
+	ret = ftrace_set_filter(&ng_iounmap_ops, name, strlen(name), 0);
+	if (!ret)
+		ret = register_ftrace_function(&ng_iounmap_ops);
+	if (ret) {
+		ftrace_free_filter(&ng_iounmap_ops);
+		pr_err("cannot hook iounmap (ftrace): %d\n", ret);
+	}
+	return ret;
+}
+
+static void ng_iounmap_unhook(void)
+{
+	unregister_ftrace_function(&ng_iounmap_ops);
+	ftrace_free_filter(&ng_iounmap_ops);
+}
 
 static int ng_iounmap_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
@@ -279,16 +336,22 @@ static struct kretprobe ng_iounmap_done_probe = {
 
 /* ---- whether kprobes fire ------------------------------------------- */
 
-static unsigned long ng_canary_hits;
+static atomic_long_t ng_canary_hits = ATOMIC_LONG_INIT(0);
 
-static noinline void ng_probe_canary(void)
+/*
+ * notrace: its kprobe is a breakpoint, not an ftrace site, so that it also
+ * fires when called from the iounmap hook, an ftrace callback (ftrace's
+ * recursion guard could skip a nested ftrace-based probe).  The kprobes
+ * switch disarms both kinds alike.
+ */
+static noinline notrace void ng_probe_canary(void)
 {
 	asm volatile("");	/* a call the compiler keeps */
 }
 
 static int ng_canary_pre(struct kprobe *p, struct pt_regs *regs)
 {
-	WRITE_ONCE(ng_canary_hits, ng_canary_hits + 1);
+	atomic_long_inc(&ng_canary_hits);
 	return 0;
 }
 
@@ -296,14 +359,13 @@ static struct kprobe ng_canary_probe = {
 	.pre_handler = ng_canary_pre,
 };
 
-/* Whether the helper's kprobes fire now.  ng_mutex held. */
+/* Whether the helper's kprobes fire now.  Not from a probe handler. */
 bool ng_probes_alive(void)
 {
-	unsigned long before = READ_ONCE(ng_canary_hits);
+	long before = atomic_long_read(&ng_canary_hits);
 
-	lockdep_assert_held(&ng_mutex);
 	ng_probe_canary();
-	return READ_ONCE(ng_canary_hits) != before;
+	return atomic_long_read(&ng_canary_hits) != before;
 }
 
 /*
@@ -314,14 +376,8 @@ bool ng_probes_alive(void)
  */
 unsigned long ng_probes_missed(void)
 {
-	return READ_ONCE(ng_ioremap_probe.nmissed) + READ_ONCE(ng_ioremap_probe.kp.nmissed) +
-	       READ_ONCE(ng_iounmap_probe.nmissed);
+	return READ_ONCE(ng_ioremap_probe.nmissed) + READ_ONCE(ng_ioremap_probe.kp.nmissed);
 }
-
-static int test_maxactive;
-module_param(test_maxactive, int, 0444);
-MODULE_PARM_DESC(test_maxactive,
-		 "kretprobe instances of the ioremap probe (tests: a small number makes it miss calls)");
 
 int ng_probes_init(void)
 {
@@ -336,11 +392,9 @@ int ng_probes_init(void)
 		pr_err("cannot probe the helper's own canary: %d\n", ret);
 		return ret;
 	}
-	ret = register_kprobe(&ng_iounmap_probe);
-	if (ret) {
-		pr_err("cannot probe iounmap: %d\n", ret);
+	ret = ng_iounmap_hook();
+	if (ret)
 		goto err_canary;
-	}
 	ret = register_kretprobe(&ng_iounmap_done_probe);
 	if (ret) {
 		pr_err("cannot probe the return of iounmap: %d\n", ret);
@@ -356,7 +410,7 @@ int ng_probes_init(void)
 err_done:
 	unregister_kretprobe(&ng_iounmap_done_probe);
 err_unmap:
-	unregister_kprobe(&ng_iounmap_probe);
+	ng_iounmap_unhook();
 err_canary:
 	unregister_kprobe(&ng_canary_probe);
 	return ret;
@@ -367,6 +421,6 @@ void ng_probes_exit(void)
 {
 	unregister_kretprobe(&ng_ioremap_probe);
 	unregister_kretprobe(&ng_iounmap_done_probe);
-	unregister_kprobe(&ng_iounmap_probe);
+	ng_iounmap_unhook();
 	unregister_kprobe(&ng_canary_probe);
 }

@@ -233,9 +233,9 @@ static bool ng_step_redirect(struct ng_step *s, struct pt_regs *regs,
 	s->nredir = 0;
 	if (insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS) {
 		/*
-		 * With user memory on the other side the step may fault and
-		 * sleep, and continue on another CPU, whose window shows another
-		 * page: those are stepped with the page present.
+		 * With user memory on the other side the step runs with page
+		 * faults off (ng_step_start): a window holds only one page, and
+		 * the user side is stepped against the device page made present.
 		 */
 		if (regs->di < TASK_SIZE_MAX ||
 		    (insn->kind == NG_KIND_MOVS && regs->si < TASK_SIZE_MAX))
@@ -408,14 +408,26 @@ static struct notifier_block ng_die_nb = {
 	.priority = 0x7fffffff,
 };
 
-/* Wait until no CPU is in the middle of a single-step.  Process context. */
+/*
+ * Wait until no CPU is in the middle of a single-step.  Process context.
+ * A step always ends (it cannot sleep); one that did not would hold the
+ * mappings it uses, so this keeps waiting, and says so.
+ */
 void ng_wait_steps(void)
 {
+	unsigned long start = jiffies;
+	bool said = false;
 	int cpu;
 
-	for_each_possible_cpu(cpu)
-		while (READ_ONCE(per_cpu(ng_step, cpu).active))
+	for_each_possible_cpu(cpu) {
+		while (READ_ONCE(per_cpu(ng_step, cpu).active)) {
+			if (!said && time_after(jiffies, start + 10 * HZ)) {
+				pr_err("a single-step on CPU %d has not ended after 10 s\n", cpu);
+				said = true;
+			}
 			usleep_range(100, 200);
+		}
+	}
 }
 
 int ng_step_init(void)

@@ -100,6 +100,9 @@ def test_small_bar_driver_matches_kernel(driver):
     if o != k:
         tasks = {pid: [r for r, p in ours if p == pid] for pid in dict.fromkeys(p for _, p in ours)}
         print(f"{len(tasks)} tasks accessed the device:", {p: len(v) for p, v in tasks.items()})
+        print("the kernel's:", k)
+        for pid, recs in tasks.items():
+            print(f"task {pid}:", recs)
         assert len(tasks) > 1 and interleaves(k, list(tasks.values())), (o, k)
     assert "NOT traced" not in t.text()
     st = helper_status()

@@ -103,7 +103,9 @@ def test_kprobes_disabled_stop_the_trace(held, switches, unmap):
     """kprobes disabled during a trace: the tracer stops by itself, says
     so on stderr and in the stream, and leaves nothing armed: the held
     mapping is present again in the page table; a mapping unmapped while
-    the probes were off gets no entry written into its freed range."""
+    the probes were off is still seen (the iounmap hook is an ftrace ops,
+    which the kprobes switch does not turn off): it is disarmed as it goes,
+    and no entry is written into its freed range."""
     hold("map")
     stale = helper_status().get("stale", 0)
     t = NgTracer(["--pci", held.dev.name], f"switch-kprobes-{int(unmap)}").start()
@@ -111,7 +113,7 @@ def test_kprobes_disabled_stop_the_trace(held, switches, unmap):
         assert held_pages()[2] == 0, "the held mapping is not armed"
         _set(KPROBES_ENABLED, "0")
         if unmap:
-            hold("unmap")                 # the iounmap probe does not see it
+            hold("unmap")                 # seen by the iounmap hook all the same
         status = _stops_by_itself(t)
     finally:
         if t.proc.poll() is None:
@@ -134,8 +136,8 @@ def test_kprobes_disabled_stop_the_trace(held, switches, unmap):
     assert (st["armed_pages"], st["mappings"], st["filters"], st["owner"]) == (0, 0, 0, 0), st
     _set(KPROBES_ENABLED, "1")
     if unmap:
-        # the held mapping's entries: cleared by vunmap, left alone
-        assert st["stale"] - stale == pages, st
+        # disarmed at its iounmap: no entry found changed at the end
+        assert st["stale"] == stale, st
     else:
         assert_left_whole(held)
 

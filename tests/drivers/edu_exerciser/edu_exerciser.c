@@ -624,6 +624,8 @@ struct edu_burst_thread {
 
 struct edu_burst {
 	void __iomem *base;
+	phys_addr_t phys;	/* maps: each round maps page 0 of BAR0 anew */
+	bool maps;
 	unsigned int count;
 	struct completion start;
 	struct edu_burst_thread t[2];
@@ -638,16 +640,33 @@ static int edu_burst_fn(void *data)
 	wait_for_completion(&b->start);
 	t->cpu = raw_smp_processor_id();
 	for (i = 0; i < b->count; i++) {
-		if (readl(b->base + EDU_REG_IDENT) != EDU_IDENT_VALUE)
+		void __iomem *p = b->maps ? ioremap(b->phys, PAGE_SIZE) : b->base;
+
+		if (!p || readl(p + EDU_REG_IDENT) != EDU_IDENT_VALUE)
 			t->bad++;
-		if ((i & 1023) == 1023)
+		if (p && b->maps)
+			iounmap(p);
+		if ((i & 1023) == 1023 || b->maps)
 			cond_resched();
 	}
 	complete(&t->done);
 	return 0;
 }
 
+static int edu_burst_run(struct edu_ex *ex, unsigned int count, bool maps);
+
 static int sc_burst(struct edu_ex *ex, unsigned int count)
+{
+	return edu_burst_run(ex, count, false);
+}
+
+/* COUNT x (ioremap page 0; readl; iounmap) on each of two CPUs at once */
+static int st_maploop2(struct edu_ex *ex, unsigned int count)
+{
+	return edu_burst_run(ex, count, true);
+}
+
+static int edu_burst_run(struct edu_ex *ex, unsigned int count, bool maps)
 {
 	struct edu_burst *b;
 	unsigned int cpu[2];
@@ -658,6 +677,8 @@ static int sc_burst(struct edu_ex *ex, unsigned int count)
 	if (!b)
 		return -ENOMEM;
 	b->count = count;
+	b->maps = maps;
+	b->phys = ex->start;
 	init_completion(&b->start);
 	b->base = edu_map(ex);
 	if (!b->base) {
@@ -964,6 +985,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
 	{ "maploop", st_maploop, true,
 	  "COUNT x (ioremap page 0; readl 0x00; iounmap)" },
+	{ "maploop2", st_maploop2, true,
+	  "maploop on each of two CPUs at once" },
 	{ "kprobe_read", st_kprobe_read, false,
 	  "readl 0x00 from a kprobe handler" },
 	{ "window16", st_window16, false,
