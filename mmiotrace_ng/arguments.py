@@ -7,6 +7,7 @@ syntax), so that the early start stays early."""
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from . import __version__, pci
 
@@ -63,9 +64,18 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return super()._format_action(action)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error in one line, as every other error of the tool says
+    itself: "mmiotrace-ng: MESSAGE (see mmiotrace-ng --help)", status 2.
+    Its subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: {message} (see {self.prog} --help)\n")
+
+
 def make_parser(**kwargs: object) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXAMPLES,
-                                   formatter_class=HelpFormatter, **kwargs)
+    return OneLineParser(prog=PROG, description=DESCRIPTION, epilog=EXAMPLES,
+                         formatter_class=HelpFormatter, **kwargs)
 
 
 def add_text_options(ap: argparse.ArgumentParser) -> None:
@@ -156,7 +166,7 @@ def record_setup(ap: argparse.ArgumentParser) -> None:
 
 def record_parser() -> argparse.ArgumentParser:
     """The parser of `record`, as `mmiotrace-ng record` has it."""
-    ap = argparse.ArgumentParser(prog=f"{PROG} {RECORD}", description=RECORD_DESCRIPTION)
+    ap = OneLineParser(prog=f"{PROG} {RECORD}", description=RECORD_DESCRIPTION)
     record_setup(ap)
     return ap
 

@@ -177,15 +177,6 @@ def test_histogram_option_errors(argv, message, capsys):
     assert status == 2 and message in err
 
 
-TRACE_USAGE = """\
-usage: mmiotrace-ng [-h] [--version] [--pci BDF[@BARS]] [--all]
-                    [--buffer-size-kb KB] [--no-existing] [--singlestep]
-                    [--helper KO] [-v] [-o FILE] [--compat] [--pc] [--pid]
-                    [--raw FILE] [--histogram] [-i SECONDS]
-                    ...
-"""
-
-
 @pytest.mark.parametrize("argv,message", [
     # a subcommand's word after the trace's options is a stray argument
     (["--pci", "01:00.0", "mark", "x"], "unexpected argument 'mark' (put the command after --)"),
@@ -195,7 +186,7 @@ usage: mmiotrace-ng [-h] [--version] [--pci BDF[@BARS]] [--all]
 def test_other_words_are_the_trace_parser_errors(argv, message, capsys):
     status, out, err = run_main(argv, capsys)
     assert (status, out) == (2, "")
-    assert err == TRACE_USAGE + f"mmiotrace-ng: error: {message}\n"
+    assert err == f"mmiotrace-ng: {message} (see mmiotrace-ng --help)\n"
 
 
 def test_mark_joins_the_words(tmp_path, monkeypatch, capsys):
@@ -216,7 +207,8 @@ def test_mark_needs_text(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "TRACING", tmp_path)
     for argv in (["mark"], ["mark", "--"]):
         status, _, err = run_main(argv, capsys)
-        assert status == 2 and "mmiotrace-ng mark: error:" in err and "TEXT" in err
+        assert (status, err) == (2, "mmiotrace-ng: the following arguments are required: "
+                                    "TEXT (see mmiotrace-ng mark --help)\n")
     assert not (tmp_path / "trace_marker").exists()
 
 
@@ -246,10 +238,13 @@ def test_render_prints_a_raw_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["render"], "mmiotrace-ng render: error: the following arguments are required: FILE"),
+    (["render"], "mmiotrace-ng: the following arguments are required: FILE "
+                 "(see mmiotrace-ng render --help)\n"),
     (["render", "/nonexistent/t.raw"], "mmiotrace-ng: cannot read /nonexistent/t.raw"),
-    (["render", "-", "extra"], "mmiotrace-ng render: error: unrecognized arguments: extra"),
-    (["status", "--bogus"], "mmiotrace-ng status: error: unrecognized arguments: --bogus"),
+    (["render", "-", "extra"], "mmiotrace-ng: unrecognized arguments: extra "
+                               "(see mmiotrace-ng render --help)\n"),
+    (["status", "--bogus"], "mmiotrace-ng: unrecognized arguments: --bogus "
+                            "(see mmiotrace-ng status --help)\n"),
 ])
 def test_subcommand_usage_errors_exit_2(argv, words, capsys):
     status, _, err = run_main(argv, capsys)

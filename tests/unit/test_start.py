@@ -47,26 +47,25 @@ def run_start(argv: list[str], euid: int, monkeypatch, capsys):
     return status, capsys.readouterr().err, len(prefetches), traced
 
 
-TRACE_USAGE = arguments.trace_parser().format_usage()
-RECORD_USAGE = arguments.record_parser().format_usage()
+TRACE_HELP = " (see mmiotrace-ng --help)\n"
+RECORD_HELP = " (see mmiotrace-ng record --help)\n"
 BAD_BDF = ("bad PCI address 'zz': expected [DDDD:]BB:DD.F in hex, e.g. 0000:01:00.0 or "
            "01:00.0 (see lspci -D)")
 
 
 @pytest.mark.parametrize("euid", [0, 1000])
 @pytest.mark.parametrize("argv,err", [
-    (["--bogus"], TRACE_USAGE + "mmiotrace-ng: error: unrecognized arguments: --bogus\n"),
-    (["--pci", "zz"], TRACE_USAGE + f"mmiotrace-ng: error: {BAD_BDF}\n"),
-    (["--pci", "01:00.0@x"], TRACE_USAGE + "mmiotrace-ng: error: bad BAR list 'x' in "
-     "'01:00.0@x': BAR numbers 0-5, e.g. 01:00.0@0,2\n"),
-    (["--pci", "01:00.0", "modprobe"], TRACE_USAGE + "mmiotrace-ng: error: unexpected "
-     "argument 'modprobe' (put the command after --)\n"),
-    (["record", "--pci", "01:00.0"], RECORD_USAGE + "mmiotrace-ng record: error: the "
-     "following arguments are required: -o/--output\n"),
-    (["record", "-o", "x.rec"], RECORD_USAGE + "mmiotrace-ng record: error: nothing to "
-     "trace: give --pci BDF (or --all)\n"),
-    (["record", "--pci", "zz", "-o", "x.rec"],
-     RECORD_USAGE + f"mmiotrace-ng record: error: {BAD_BDF}\n"),
+    (["--bogus"], "mmiotrace-ng: unrecognized arguments: --bogus" + TRACE_HELP),
+    (["--pci", "zz"], f"mmiotrace-ng: {BAD_BDF}" + TRACE_HELP),
+    (["--pci", "01:00.0@x"], "mmiotrace-ng: bad BAR list 'x' in '01:00.0@x': BAR numbers "
+     "0-5, e.g. 01:00.0@0,2" + TRACE_HELP),
+    (["--pci", "01:00.0", "modprobe"], "mmiotrace-ng: unexpected argument 'modprobe' (put "
+     "the command after --)" + TRACE_HELP),
+    (["record", "--pci", "01:00.0"], "mmiotrace-ng: the following arguments are required: "
+     "-o/--output" + RECORD_HELP),
+    (["record", "-o", "x.rec"], "mmiotrace-ng: nothing to trace: give --pci BDF (or --all)"
+     + RECORD_HELP),
+    (["record", "--pci", "zz", "-o", "x.rec"], f"mmiotrace-ng: {BAD_BDF}" + RECORD_HELP),
 ])
 def test_usage_errors_before_anything_starts(argv, err, euid, monkeypatch, capsys) -> None:
     """As root: no compile begun (bcc would run modprobe kheaders); as a
