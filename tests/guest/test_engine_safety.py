@@ -450,7 +450,7 @@ class MarkerWriter(threading.Thread):
     def __init__(self, cpu: int, faulting: bool) -> None:
         super().__init__(daemon=True)
         self.cpu = cpu
-        prot = mmap.PROT_NONE if faulting else mmap.PROT_READ | mmap.PROT_WRITE
+        prot = 0 if faulting else mmap.PROT_READ | mmap.PROT_WRITE      # 0: PROT_NONE
         self.page = libc.mmap(None, PAGE, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
         assert self.page not in (None, ctypes.c_void_p(-1).value)
         if not faulting:
