@@ -27,7 +27,7 @@ done
 # python3-wheel: for the `pip wheel --no-build-isolation` below (the venv's
 # setuptools 66 has no bdist_wheel of its own; python3-pip would bring it)
 PKGS="qemu-system-x86 linux-image-amd64 linux-headers-amd64 python3-bpfcc bpfcc-tools python3-pyroute2
-busybox-static cpio pciutils kmod make gcc python3-venv python3-wheel linux-source-6.1 xz-utils zstd linux-perf"
+busybox-static cpio pciutils kmod make gcc python3-venv python3-wheel linux-source-6.1 xz-utils zstd linux-perf groff-base"
 
 log() { echo "setup: $*" >&2; }
 

@@ -8,7 +8,7 @@ import argparse
 import shutil
 import subprocess
 
-import pytest
+from ng_require import missing
 
 from mmiotrace_ng import cli, manpage
 
@@ -51,8 +51,9 @@ def test_regenerating_writes_the_same_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(manpage.pages())
 
 
-@pytest.mark.skipif(not shutil.which("groff"), reason="no groff to format the pages")
 def test_pages_format_without_warnings():
+    if not shutil.which("groff"):
+        missing("no groff to format the pages (Debian: groff-base)")
     for page in sorted(COMMITTED.glob("*.1")):
         res = subprocess.run(["groff", "-man", "-ww", "-z", "-Tutf8", str(page)],
                              capture_output=True, text=True, check=False)

@@ -26,13 +26,13 @@ MIRROR = os.environ.get("MIRROR", "http://deb.debian.org/debian")
 
 # What every root holds besides its kernels: the tool's own dependencies
 # (Debian's bcc and pyroute2), the tests' (pytest, capstone, matplotlib,
-# venv and pip for the install test, dkms, perf), the module build
-# (build-essential) and the guest's tools.  Debian package names, the
-# same in every release.
+# venv and pip for the install test, dkms, perf, groff for the manual
+# pages), the module build (build-essential) and the guest's tools.
+# Debian package names, the same in every release.
 COMMON = """python3 python3-bpfcc bpfcc-tools python3-pyroute2 python3-pytest
 python3-capstone python3-matplotlib python3-venv python3-pip python3-setuptools
 python3-wheel build-essential kmod pciutils busybox cpio xz-utils zstd gzip
-iproute2 procps util-linux dkms linux-perf""".split()
+iproute2 procps util-linux dkms linux-perf groff-base""".split()
 
 
 @dataclass(frozen=True)
