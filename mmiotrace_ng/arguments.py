@@ -171,12 +171,19 @@ def record_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The options of a trace (exit status 2, with argparse's message, if bad)."""
-    ap = trace_parser()
+def _parse_selection(ap: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """What a trace and a record share: the options, the command after --,
+    the devices to trace."""
     args = ap.parse_args(argv)
     _take_command(ap, args)
     check_selection(ap, args)
+    return args
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options of a trace (exit status 2, with argparse's message, if bad)."""
+    ap = trace_parser()
+    args = _parse_selection(ap, argv)
     if args.output == "-":
         args.output = None      # standard output
     if args.interval is not None and (not args.histogram or args.interval <= 0):
@@ -188,11 +195,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def parse_record(argv: list[str]) -> argparse.Namespace:
     """The options of `record` (argv without the word record)."""
-    ap = record_parser()
-    args = ap.parse_args(argv)
-    _take_command(ap, args)
-    check_selection(ap, args)
-    return args
+    return _parse_selection(record_parser(), argv)
 
 
 def parse_tracing(argv: list[str]) -> argparse.Namespace:

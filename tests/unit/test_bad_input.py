@@ -15,6 +15,7 @@ from mmiotrace_ng import cli, rawfile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from render_bench import synthetic_access_records  # noqa: E402
+from test_cli import run_main  # noqa: E402
 
 NOT_A_TRACE = "is not a trace: neither mmiotrace text (20070824) nor a recording of mmiotrace-ng"
 BAD = {     # name: (content, what the message says after the name)
@@ -35,14 +36,6 @@ READERS = {
     "diff B": ["diff", "GOOD", "FILE"],
 }
 
-
-def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        status = cli.main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def command(reader: str, path: str, tmp_path: Path) -> list[str]:
