@@ -537,7 +537,7 @@ def status(args: argparse.Namespace) -> int:
             st = h.status()
     except HelperError as exc:
         raise UsageError(str(exc)) from exc
-    for k, v in vars(st).items():
+    for k, v in st._asdict().items():
         print(f"{k}: {v}")
     return 0
 

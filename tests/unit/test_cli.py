@@ -287,3 +287,25 @@ def test_render_into_a_closed_pipe_ends_quietly(tmp_path):
     child.stdout.close()
     assert child.wait(timeout=60) == 128 + signal.SIGPIPE
     assert child.stderr.read() == b""
+
+
+def test_status_prints_every_counter(monkeypatch, capsys):
+    """`mmiotrace-ng status` prints the helper's counters, one per line."""
+    from mmiotrace_ng import netlink
+
+    st = netlink.Status(*range(1, len(netlink.Status._fields) + 1))
+
+    class Helper:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def status(self):
+            return st
+
+    monkeypatch.setattr(netlink, "HelperSocket", Helper)
+    status, out, err = run_main(["status"], capsys)
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [f"{k}: {i}" for i, k in enumerate(netlink.Status._fields, 1)]
