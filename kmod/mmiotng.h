@@ -200,6 +200,9 @@ void ng_windows_exit(void);
 /* mmiotng_probes.c */
 bool ng_unmap_in_flight(unsigned long base, unsigned long len);
 bool ng_probes_alive(void);
+struct ftrace_ops;
+int ng_ftrace_hook(struct ftrace_ops *ops, const char *func);
+void ng_ftrace_unhook(struct ftrace_ops *ops);
 unsigned long ng_probes_missed(void);
 int ng_probes_init(void);
 void ng_probes_exit(void);

@@ -50,6 +50,7 @@
 #include <linux/ftrace.h>
 #include <linux/io.h>
 #include <linux/kprobes.h>
+#include <linux/kallsyms.h>
 #include <linux/delay.h>
 #include <linux/mm.h>
 #include <linux/pagemap.h>
@@ -777,35 +778,46 @@ static bool ng_fault_func_cloned(void)
 	return false;
 }
 
-int ng_fault_init(void)
+/*
+ * Put ops on the entry of func (the fault hook, the iounmap hook), saying
+ * why not in the kernel log.  Load time, process context.
+ */
+int ng_ftrace_hook(struct ftrace_ops *ops, const char *func)
 {
-	char name[] = NG_FAULT_FUNC;
+	char name[KSYM_NAME_LEN];
 	int ret;
 
-	if (ng_fault_func_cloned())
-		return -EOPNOTSUPP;
-
-	ret = ftrace_set_filter(&ng_fault_ops, name, strlen(name), 0);
-	if (ret) {
-		pr_err("cannot hook %s (ftrace): %d\n", NG_FAULT_FUNC, ret);
-		return ret;
-	}
-	ret = register_ftrace_function(&ng_fault_ops);
+	strscpy(name, func, sizeof(name));
+	ret = ftrace_set_filter(ops, name, strlen(name), 0);
+	if (!ret)
+		ret = register_ftrace_function(ops);
 	if (ret == -EBUSY)
 		pr_err("cannot hook %s: ftrace is disabled (sysctl kernel.ftrace_enabled=0)\n",
-		       NG_FAULT_FUNC);
+		       func);
 	else if (ret)
-		pr_err("cannot hook %s (ftrace): %d\n", NG_FAULT_FUNC, ret);
+		pr_err("cannot hook %s (ftrace): %d\n", func, ret);
 	if (ret)
-		ftrace_free_filter(&ng_fault_ops);
+		ftrace_free_filter(ops);
 	return ret;
+}
+
+void ng_ftrace_unhook(struct ftrace_ops *ops)
+{
+	unregister_ftrace_function(ops);
+	ftrace_free_filter(ops);
+}
+
+int ng_fault_init(void)
+{
+	if (ng_fault_func_cloned())
+		return -EOPNOTSUPP;
+	return ng_ftrace_hook(&ng_fault_ops, NG_FAULT_FUNC);
 }
 
 /* After everything was disarmed: no fault can be ours any more. */
 void ng_fault_exit(void)
 {
-	unregister_ftrace_function(&ng_fault_ops);
-	ftrace_free_filter(&ng_fault_ops);
+	ng_ftrace_unhook(&ng_fault_ops);
 	/* a task may be faulting a user page in, in ng_fault_user() */
 	while (atomic_read(&ng_user_inflight))
 		usleep_range(1000, 2000);

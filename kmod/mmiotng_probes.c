@@ -289,27 +289,6 @@ static struct ftrace_ops ng_iounmap_ops = {
 	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_PERMANENT,
 };
 
-static int ng_iounmap_hook(void)
-{
-	char name[] = "iounmap";
-	int ret;
-
-	ret = ftrace_set_filter(&ng_iounmap_ops, name, strlen(name), 0);
-	if (!ret)
-		ret = register_ftrace_function(&ng_iounmap_ops);
-	if (ret) {
-		ftrace_free_filter(&ng_iounmap_ops);
-		pr_err("cannot hook iounmap (ftrace): %d\n", ret);
-	}
-	return ret;
-}
-
-static void ng_iounmap_unhook(void)
-{
-	unregister_ftrace_function(&ng_iounmap_ops);
-	ftrace_free_filter(&ng_iounmap_ops);
-}
-
 static int ng_iounmap_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
 	*(unsigned long *)ri->data = regs_get_kernel_argument(regs, 0) & PAGE_MASK;
@@ -392,7 +371,7 @@ int ng_probes_init(void)
 		pr_err("cannot probe the helper's own canary: %d\n", ret);
 		return ret;
 	}
-	ret = ng_iounmap_hook();
+	ret = ng_ftrace_hook(&ng_iounmap_ops, "iounmap");
 	if (ret)
 		goto err_canary;
 	ret = register_kretprobe(&ng_iounmap_done_probe);
@@ -410,7 +389,7 @@ int ng_probes_init(void)
 err_done:
 	unregister_kretprobe(&ng_iounmap_done_probe);
 err_unmap:
-	ng_iounmap_unhook();
+	ng_ftrace_unhook(&ng_iounmap_ops);
 err_canary:
 	unregister_kprobe(&ng_canary_probe);
 	return ret;
@@ -421,6 +400,6 @@ void ng_probes_exit(void)
 {
 	unregister_kretprobe(&ng_ioremap_probe);
 	unregister_kretprobe(&ng_iounmap_done_probe);
-	ng_iounmap_unhook();
+	ng_ftrace_unhook(&ng_iounmap_ops);
 	unregister_kprobe(&ng_canary_probe);
 }
