@@ -43,7 +43,8 @@ struct ng_mark_buf {
 	char text[MMIOTNG_MARK_MAX + 1];
 };
 
-static DEFINE_PER_CPU(struct ng_mark_buf, ng_mark_buf);
+/* allocated: a page per CPU is too much for a module's static per-CPU area */
+static struct ng_mark_buf __percpu *ng_mark_buf;
 
 static int ng_mark_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
@@ -57,7 +58,7 @@ static int ng_mark_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
 	struct ng_mark_args *a = (void *)ri->data;
 	long ret = regs_return_value(regs);
-	char *buf = this_cpu_ptr(&ng_mark_buf)->text;
+	char *buf = this_cpu_ptr(ng_mark_buf)->text;
 	/* what the kernel kept: it returns the bytes written, cut to its limit */
 	size_t len = ret > 0 ? min_t(size_t, ret, MMIOTNG_MARK_MAX) : 0;
 
@@ -124,9 +125,13 @@ int ng_hooks_init(void)
 {
 	int ret;
 
+	ng_mark_buf = alloc_percpu(struct ng_mark_buf);
+	if (!ng_mark_buf)
+		return -ENOMEM;
 	ret = register_kretprobe(&ng_mark_probe);
 	if (ret) {
 		pr_err("cannot probe tracing_mark_write: %d\n", ret);
+		free_percpu(ng_mark_buf);
 		return ret;
 	}
 	/* kernels without CONFIG_MMIOTRACE have neither: nothing to guard */
@@ -147,4 +152,5 @@ void ng_hooks_exit(void)
 		unregister_kprobe(&ng_kinit_probe);
 	}
 	unregister_kretprobe(&ng_mark_probe);
+	free_percpu(ng_mark_buf);
 }
