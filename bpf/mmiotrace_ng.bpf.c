@@ -370,6 +370,15 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	/* a single-stepped access is reported a little after it happened */
 	if (acc.ts_ns)
 		r->hdr.ts_ns = acc.ts_ns;
+	/* accesses the helper could not report (its NMI queue was full) */
+	if (acc.lost) {
+		int total = 0;
+		u64 *t = drops.lookup(&total);
+
+		r->hdr.lost += acc.lost;
+		if (t)
+			*t += acc.lost;
+	}
 	r->map_id = ng_map_id(acc.map_virt);
 	r->phys = acc.phys;
 	r->value = acc.value;

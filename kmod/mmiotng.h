@@ -18,7 +18,7 @@
  * Locking, for the whole module (each file repeats what concerns it):
  *  - ng_mutex serializes every change of the filter and mapping lists from
  *    process context (netlink commands, socket release, module exit).
- *  - ng_lock (raw spinlock, irqsave) guards the filter list, the mapping
+ *  - ng_lock (a spinning lock, interrupts off: see below) guards the filter list, the mapping
  *    list, every ng_page and the unmap marks.  It is the only lock of the
  *    module taken in atomic context (the ioremap/iounmap probes, the
  *    single-step path).  Writers of the lists hold both.  Nothing is
@@ -39,7 +39,10 @@
 #include <linux/spinlock.h>
 #include <linux/rcupdate.h>
 #include <linux/percpu.h>
+#include <linux/atomic.h>
+#include <linux/irqflags.h>
 #include <linux/smp.h>
+#include <linux/preempt.h>
 #include <asm/pgtable_types.h>
 
 #include "mmiotng_abi.h"
@@ -48,6 +51,16 @@
 #define NG_MAX_FILTER_SIZE	BIT_ULL(32)	/* 4 GiB: larger BARs are refused */
 /* an instruction touches at most two operands, each on at most two pages */
 #define NG_STEP_PAGES		4
+/*
+ * Contexts that can nest on one CPU and each reach the fault path or the
+ * single-step path: a task or interrupt (0), an NMI or a debug trap or a
+ * kprobe's int3 on top of it (1), and so on: the kernel's NMI nesting count
+ * (nmi_count()), which each of those raises.  Each level has a window
+ * (mmiotng_window.c) and a step (mmiotng_step.c) of its own, so an NMI never
+ * touches the state of the code it interrupted.  A fault deeper than that
+ * (four such contexts stacked, each with a device access) is not served.
+ */
+#define NG_LEVELS		4
 /*
  * Mappings made ready for the ioremap probe, per filter (see ng_spare_get):
  * as many as NG_SPARE_BYTES hold, at least NG_SPARES_MIN (a 1 MiB range's
@@ -125,41 +138,69 @@ struct ng_stats {
 DECLARE_PER_CPU(struct ng_stats, ng_stats);
 
 extern struct mutex ng_mutex;
-extern raw_spinlock_t ng_lock;
-extern int ng_lock_cpu;
 
 /*
- * ng_lock, with the CPU that holds it recorded: an NMI that must single-step
- * on a CPU that holds it cannot take it (mmiotng_step.c).
+ * ng_lock: a spinning lock whose word is the CPU that holds it (-1: free),
+ * as printk's CPU lock.  It is taken and released by one atomic operation
+ * each, with interrupts off, so a context that comes in on top of a
+ * holder on the same CPU (an NMI, a debug trap, a kprobe's int3, all of
+ * which can reach the single-step path) always knows that its CPU holds
+ * it (ng_lock_mine) and must not wait: there is no moment at which the
+ * lock is held and its holder not yet (or no longer) recorded.
  */
-static inline void ng_lock_irqsave(unsigned long *flags)
+extern atomic_t ng_lock_owner;
+
+static inline bool ng_lock_mine(void)
 {
-	raw_spin_lock_irqsave(&ng_lock, *flags);
-	WRITE_ONCE(ng_lock_cpu, raw_smp_processor_id());
+	return atomic_read(&ng_lock_owner) == (int)raw_smp_processor_id();
 }
 
-static inline void ng_unlock_irqrestore(unsigned long flags)
-{
-	WRITE_ONCE(ng_lock_cpu, -1);
-	raw_spin_unlock_irqrestore(&ng_lock, flags);
-}
-
-/* The same with interrupts already off (fault path, debug trap). */
+/* With interrupts off (fault path, debug trap, or after local_irq_save). */
 static inline void ng_lock_irqs_off(void)
 {
-	raw_spin_lock(&ng_lock);
-	WRITE_ONCE(ng_lock_cpu, raw_smp_processor_id());
+	int cpu = raw_smp_processor_id();
+
+	for (;;) {
+		if (atomic_read(&ng_lock_owner) == -1 &&
+		    atomic_cmpxchg_acquire(&ng_lock_owner, -1, cpu) == -1)
+			return;
+		cpu_relax();
+	}
 }
 
 static inline void ng_unlock_irqs_off(void)
 {
-	WRITE_ONCE(ng_lock_cpu, -1);
-	raw_spin_unlock(&ng_lock);
+	atomic_set_release(&ng_lock_owner, -1);
 }
+
+static inline void ng_lock_irqsave(unsigned long *flags)
+{
+	local_irq_save(*flags);
+	ng_lock_irqs_off();
+}
+
+static inline void ng_unlock_irqrestore(unsigned long flags)
+{
+	ng_unlock_irqs_off();
+	local_irq_restore(flags);
+}
+
+/* What lockdep_assert_held() says for a kernel lock (debug kernels only). */
+#ifdef CONFIG_LOCKDEP
+#define ng_lock_assert_held()	WARN_ON_ONCE(!ng_lock_mine())
+#else
+#define ng_lock_assert_held()	do { } while (0)
+#endif
 
 extern struct list_head ng_filters;
 extern struct list_head ng_mappings;
 extern unsigned int ng_mode;
+
+/* The nesting level of the current context (NG_LEVELS). */
+static inline unsigned int ng_level(void)
+{
+	return nmi_count() >> NMI_SHIFT;
+}
 
 /* mmiotng_pages.c */
 void ng_flush_all(void);
@@ -184,8 +225,6 @@ bool ng_overlaps_mapping(unsigned long base, unsigned long len);
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr);
 void ng_page_arm(struct ng_page *pg);
 bool ng_page_disarm(struct ng_page *pg);
-void ng_page_present(struct ng_page *pg);
-void ng_page_absent(struct ng_page *pg);
 struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size);
 bool ng_overlaps_filter(phys_addr_t phys, unsigned long size);
 
@@ -209,6 +248,8 @@ void ng_probes_exit(void);
 
 /* mmiotng_fault.c */
 void ng_report(const struct mmiotng_access *a);
+int ng_report_init(void);
+void ng_report_exit(void);
 void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err);
 void __iomem *ng_device_addr(unsigned long addr, unsigned int width);
 bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width);
@@ -227,7 +268,6 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 		   unsigned long addr, const u8 *bytes, unsigned int nbytes,
 		   const struct ng_insn *insn, bool decoded);
 void ng_step_more(struct ng_mapping *m, unsigned long addr);
-void ng_step_report(void);
 void ng_wait_steps(void);
 int ng_step_init(void);
 void ng_step_exit(void);

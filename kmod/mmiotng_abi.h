@@ -25,7 +25,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	4
+#define MMIOTNG_ABI_VERSION	5
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
@@ -59,7 +59,8 @@ struct mmiotng_access {
 	__u8 compat_op;		/* MMIOTNG_OP_* as the kernel's mmiotrace sees it */
 	__u8 insn_len;		/* valid bytes in insn[] */
 	__u8 flags;		/* MMIOTNG_F_* */
-	__u8 pad[2];
+	/* accesses of this CPU the helper could not report before this one */
+	__u16 lost;
 	__u8 insn[MMIOTNG_INSN_BYTES];	/* first bytes of the instruction */
 	__u64 ts_ns;		/* when it happened (ktime_get_mono_fast_ns), 0: now */
 };

@@ -43,11 +43,14 @@
  *    fault can nest in another's handling only from an NMI or from a probe
  *    handler inside it: ng_fault_depth counts them (a single this_cpu
  *    instruction each way), and a nested fault leaves the caches alone.
+ *    The window and the single-step it uses are those of its nesting level
+ *    (NG_LEVELS), never the interrupted fault's.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/ftrace.h>
+#include <linux/irq_work.h>
 #include <linux/io.h>
 #include <linux/kprobes.h>
 #include <linux/kallsyms.h>
@@ -69,9 +72,144 @@ unsigned int ng_mode = MMIOTNG_MODE_EMULATE;
 
 /* ---- recording ------------------------------------------------------ */
 
+/*
+ * Accesses made in NMI-like contexts (an NMI, a kprobe's int3 handler, the
+ * debug trap of a single-step: ng_level() > 0) are not traced from there:
+ * the tracepoint's BPF program does not run when it interrupted itself on
+ * this CPU (the kernel only counts a miss), and the BPF ring buffer only
+ * try-locks there.  They wait in a queue per CPU and level for this CPU's
+ * irq_work, or its next access in a task or an interrupt, whichever comes
+ * first.  A full queue counts them, and the next record that goes out from
+ * this CPU says how many were lost.
+ *
+ * Locking: a queue is filled only at its level (one context at a time: a
+ * context is interrupted only by deeper ones) and emptied only at level 0
+ * with interrupts off (the irq_work, the fault path), which the filling
+ * context can interrupt but not the reverse: head is published after its
+ * record is written, tail moved after its record is copied out.
+ */
+#define NG_DEFER_RECS	32
+
+struct ng_deferred {
+	struct mmiotng_access rec[NG_DEFER_RECS];
+	unsigned int head;	/* records queued: its level */
+	unsigned int tail;	/* records taken: level 0 */
+	unsigned int lost;	/* records not queued (full): its level */
+	unsigned int lost_said;	/* of them, said in a record: level 0 */
+};
+
+/* per CPU, a queue per level above 0 (allocated: too big for a module's static per-CPU area) */
+struct ng_deferred_cpu {
+	struct ng_deferred q[NG_LEVELS];
+};
+
+static struct ng_deferred_cpu __percpu *ng_deferred;
+static DEFINE_PER_CPU(struct irq_work, ng_deferred_iw);
+
+static void ng_defer(const struct mmiotng_access *a, unsigned int level)
+{
+	struct ng_deferred *q = &this_cpu_ptr(ng_deferred)->q[level];
+	struct mmiotng_access *r;
+
+	if (q->head - READ_ONCE(q->tail) >= NG_DEFER_RECS) {
+		WRITE_ONCE(q->lost, q->lost + 1);
+	} else {
+		r = &q->rec[q->head % NG_DEFER_RECS];
+		*r = *a;
+		if (!r->ts_ns)
+			r->ts_ns = ktime_get_mono_fast_ns();
+		barrier();	/* the record before the head that shows it */
+		WRITE_ONCE(q->head, q->head + 1);
+	}
+	irq_work_queue(this_cpu_ptr(&ng_deferred_iw));
+}
+
+/*
+ * Records lost on this CPU (ng_deferred full) not yet said: the next record
+ * that goes out from this CPU says them.  Level 0, interrupts off.
+ */
+static DEFINE_PER_CPU(unsigned int, ng_lost_unsaid);
+
+static void ng_trace(const struct mmiotng_access *a)
+{
+	unsigned int lost = this_cpu_read(ng_lost_unsaid);
+	struct mmiotng_access r;
+
+	if (!lost) {
+		trace_mmiotng_access(a);
+		return;
+	}
+	r = *a;
+	r.lost = min_t(unsigned int, lost, U16_MAX);
+	this_cpu_sub(ng_lost_unsaid, r.lost);
+	trace_mmiotng_access(&r);
+}
+
+/* Trace what NMI-like contexts queued on this CPU; level 0, interrupts off. */
+static void ng_report_deferred(void)
+{
+	struct ng_deferred *q = this_cpu_ptr(ng_deferred)->q;
+	struct mmiotng_access a;
+	unsigned int i, lost;
+
+	for (i = 1; i < NG_LEVELS; i++) {
+		lost = READ_ONCE(q[i].lost) - q[i].lost_said;
+		if (lost) {
+			q[i].lost_said += lost;
+			this_cpu_add(ng_lost_unsaid, lost);
+		}
+		while (q[i].tail != READ_ONCE(q[i].head)) {
+			a = q[i].rec[q[i].tail % NG_DEFER_RECS];
+			barrier();	/* copied before the slot is given back */
+			WRITE_ONCE(q[i].tail, q[i].tail + 1);
+			ng_trace(&a);
+		}
+	}
+}
+
+static void ng_deferred_irq_work(struct irq_work *w)
+{
+	ng_report_deferred();
+}
+
+int ng_report_init(void)
+{
+	int cpu;
+
+	/* hard irq_works: in interrupt context on PREEMPT_RT too */
+	for_each_possible_cpu(cpu) {
+		struct irq_work *w = per_cpu_ptr(&ng_deferred_iw, cpu);
+
+		*w = IRQ_WORK_INIT_HARD(ng_deferred_irq_work);
+	}
+	ng_deferred = alloc_percpu(struct ng_deferred_cpu);
+	return ng_deferred ? 0 : -ENOMEM;
+}
+
+/*
+ * After the fault hook and the single-step are gone (the last steps'
+ * records were queued by their traps): trace what is queued, free it.
+ */
+void ng_report_exit(void)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		irq_work_sync(per_cpu_ptr(&ng_deferred_iw, cpu));
+	free_percpu(ng_deferred);
+	ng_deferred = NULL;
+}
+
 void ng_report(const struct mmiotng_access *a)
 {
-	trace_mmiotng_access(a);
+	unsigned int level = ng_level();
+
+	if (level) {
+		ng_defer(a, level);
+		return;
+	}
+	ng_report_deferred();	/* they came first */
+	ng_trace(a);
 }
 
 /* A mapping of a traced range was armed (err 0) or left unarmed (why). */
@@ -597,6 +735,37 @@ static bool ng_decode_cached(unsigned long ip, const u8 *bytes, unsigned int nby
 
 enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
 
+/*
+ * What an NMI-like context cannot emulate (an instruction the decoder does
+ * not know, an access across a page or to two traced pages) cannot be
+ * single-stepped there either (mmiotng_step.c): the page is given back to
+ * the mapping for good and the instruction runs on it, untraced from now
+ * on, which the trace says (a mapping NOT traced, -EDEADLK).  On top of
+ * this CPU's own ng_lock section, the entry is put back without the
+ * bookkeeping: no other CPU can change it meanwhile, and the interrupted
+ * section's own write (cmpxchg against the armed entry) then finds it not
+ * armed and leaves it.
+ */
+static void ng_untrap(struct ng_mapping *m, unsigned long addr)
+{
+	struct ng_page *pg = ng_find_page(m, addr);
+	bool mine = ng_lock_mine();
+
+	if (!pg)
+		return;
+	if (mine) {
+		pg->lost = true;
+		WRITE_ONCE(pg->ptep->pte, pg->saved);	/* a 2M entry: the same 64 bits */
+	} else {
+		ng_lock_irqs_off();
+		ng_page_disarm(pg);
+		pg->lost = true;	/* never armed again */
+		ng_unlock_irqs_off();
+	}
+	this_cpu_inc(ng_stats.refused);
+	ng_report_map(m->virt, m->phys, m->size, -EDEADLK);
+}
+
 /* Faults on armed pages being handled on this CPU (more than one: nested). */
 static DEFINE_PER_CPU(unsigned int, ng_fault_depth);
 
@@ -617,12 +786,17 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 		return NG_NOT_OURS;
 	if (user_mode(regs) || !is_vmalloc_addr((void *)address))
 		return NG_NOT_OURS;
-	ng_step_report();	/* a step's access before this one */
 	rcu_read_lock();
 	m = ng_find_mapping(address);
 	if (!m) {
 		rcu_read_unlock();
 		return ng_fault_raced(address) ? NG_HANDLED : NG_NOT_OURS;
+	}
+	if (ng_level() >= NG_LEVELS) {
+		/* not served (NG_LEVELS): the kernel reports the fault */
+		rcu_read_unlock();
+		this_cpu_inc(ng_stats.refused);
+		return NG_NOT_OURS;
 	}
 	this_cpu_inc(ng_stats.faults);
 	nested = this_cpu_inc_return(ng_fault_depth) > 1;
@@ -634,6 +808,9 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	mode = READ_ONCE(ng_mode);
 	if (mode == MMIOTNG_MODE_TRAP_ONLY && ng_trap_only(regs, nested))
 		goto out;
+	/* an NMI-like context never single-steps (mmiotng_step.c): it emulates */
+	if (ng_level() && mode == MMIOTNG_MODE_SINGLESTEP)
+		mode = MMIOTNG_MODE_EMULATE;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
 	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn, nested);
 	forced = ng_step_forced(regs);
@@ -647,8 +824,8 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 		if (emu == NG_NEEDS_USER_PAGE && !in_nmi())
 			goto fault_in;
 	}
-	if (ng_stepping(0)) {	/* an NMI during a step: it joins the step */
-		ng_step_more(m, address);
+	if (ng_level()) {
+		ng_untrap(m, address);
 		goto out;
 	}
 	/*

@@ -42,9 +42,12 @@ static int __init ng_init(void)
 	ret = ng_windows_init();
 	if (ret)
 		return ret;
-	ret = ng_step_init();
+	ret = ng_report_init();
 	if (ret)
 		goto err_windows;
+	ret = ng_step_init();
+	if (ret)
+		goto err_report;
 	ret = ng_fault_init();
 	if (ret)
 		goto err_step;
@@ -72,6 +75,8 @@ err_fault:
 	ng_fault_exit();
 err_step:
 	ng_step_exit();
+err_report:
+	ng_report_exit();
 err_windows:
 	ng_windows_exit();
 	return ret;
@@ -88,6 +93,7 @@ static void __exit ng_exit(void)
 	ng_probes_exit();
 	ng_fault_exit();
 	ng_step_exit();
+	ng_report_exit();	/* the last steps' records */
 	ng_flush_sync();
 	ng_windows_exit();
 	rcu_barrier();

@@ -13,7 +13,7 @@
  *
  * Locking in this file:
  *  - Every function that changes an entry, an ng_page or the mapping list
- *    runs under ng_lock (raw spinlock, interrupts off): the ioremap and
+ *    runs under ng_lock (interrupts off): the ioremap and
  *    iounmap probes, the control commands, the single-step path.
  *  - A mapping is put on ng_mappings BEFORE its first entry is cleared and
  *    taken off only AFTER its last entry is restored: a CPU that faults on
@@ -39,8 +39,7 @@
 #include "mmiotng.h"
 #include "mmiotng_compat.h"
 
-DEFINE_RAW_SPINLOCK(ng_lock);
-int ng_lock_cpu = -1;		/* the CPU holding ng_lock, or -1 */
+atomic_t ng_lock_owner = ATOMIC_INIT(-1);	/* ng_lock: its holder's CPU, or -1 */
 LIST_HEAD(ng_filters);
 LIST_HEAD(ng_mappings);
 
@@ -180,21 +179,6 @@ bool ng_page_disarm(struct ng_page *pg)
 	return ours;
 }
 
-/*
- * The saved entry back in place, or cleared again, without the bookkeeping:
- * only for an NMI that single-steps on a CPU that holds ng_lock
- * (mmiotng_step.c explains why that is safe).
- */
-void ng_page_present(struct ng_page *pg)
-{
-	ng_set_entry(pg, pg->saved);
-}
-
-void ng_page_absent(struct ng_page *pg)
-{
-	ng_set_entry(pg, NG_ARMED_ENTRY);
-}
-
 /* The frame an entry of this level maps (the PAT bit of a 2M entry excluded). */
 static unsigned long ng_entry_pfn(pte_t *ptep, unsigned int level)
 {
@@ -264,7 +248,7 @@ struct ng_mapping *ng_find_mapping(unsigned long addr)
 {
 	struct ng_mapping *m;
 
-	list_for_each_entry_rcu(m, &ng_mappings, node, lockdep_is_held(&ng_lock)) {
+	list_for_each_entry_rcu(m, &ng_mappings, node, ng_lock_mine()) {
 		if (addr >= m->base && addr < m->base + m->len)
 			return m;
 	}
@@ -276,7 +260,7 @@ bool ng_overlaps_mapping(unsigned long base, unsigned long len)
 {
 	struct ng_mapping *m;
 
-	lockdep_assert_held(&ng_lock);
+	ng_lock_assert_held();
 	list_for_each_entry(m, &ng_mappings, node) {
 		if (base < m->base + m->len && m->base < base + len)
 			return true;
@@ -466,7 +450,7 @@ void ng_spares_free(struct ng_filter *f)
  */
 struct ng_mapping *ng_spare_get(struct ng_filter *f)
 {
-	lockdep_assert_held(&ng_lock);
+	ng_lock_assert_held();
 	schedule_work(&f->refill);
 	if (!f->nspare)
 		return NULL;
@@ -521,7 +505,7 @@ void ng_mapping_recycle(struct rcu_head *head)
  */
 void ng_spare_put(struct ng_filter *f, struct ng_mapping *m)
 {
-	lockdep_assert_held(&ng_lock);
+	ng_lock_assert_held();
 	if (WARN_ON_ONCE(f->nspare >= f->spares))
 		return;		/* leaked: nothing is freed under ng_lock */
 	f->spare[f->nspare++] = m;

@@ -72,7 +72,7 @@ bool ng_unmap_in_flight(unsigned long base, unsigned long len)
 {
 	unsigned int i;
 
-	lockdep_assert_held(&ng_lock);
+	ng_lock_assert_held();
 	if (ng_unmap_overflow)
 		return true;
 	for (i = 0; i < NG_UNMAP_SLOTS; i++) {

@@ -10,17 +10,25 @@
  *    register its address comes from is moved by the distance to the
  *    window for the one instruction and moved back in the trap.  No page
  *    changes: other CPUs keep faulting, nothing is missed, no lock is
- *    taken (an NMI can do this too).
+ *    taken.
  *  - Any other instruction (the decoder does not know it) runs against the
  *    armed page, made present for the step and re-armed in the trap, as the
  *    kernel's kmmio does; other CPUs that use the page meanwhile are not
  *    traced until the flush that follows the trap reaches them
  *    (ng_flush_soon: microseconds).
  *
+ * Only tasks and interrupts single-step (ng_level() 0), never an NMI-like
+ * context (an NMI, a kprobe's int3 handler): the debug trap has one stack
+ * per CPU, and an NMI can come in on top of a debug trap (a step's, or a
+ * hardware breakpoint's) before that trap is done with its stack; a step
+ * in the NMI would raise a second trap on the same stack and overwrite
+ * the first one's saved registers.  ng_fault() emulates what such a
+ * context does, or gives the page up (ng_untrap).
+ *
  * Locking in this file:
- *  - The per-CPU ng_step is only touched by its CPU, in the fault path, in
- *    the debug trap and in its irq_work (interrupts off in all three).  An NMI that faults on an
- *    armed page while its CPU is stepping joins the step (ng_step_more).
+ *  - The per-CPU ng_step is only touched by its CPU, in the fault path and
+ *    in the debug trap, interrupts off in both.  An NMI on top of either
+ *    never touches it.
  *  - ng_page.steppers and the entries are changed under ng_lock.
  *  - A stepped mapping stays valid until the trap: ng_wait_steps(), called
  *    by every path that frees mappings, waits for all steps to end.
@@ -35,7 +43,6 @@
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/irq_work.h>
 #include <linux/kdebug.h>
 #include <linux/timekeeping.h>
 #include <linux/delay.h>
@@ -65,7 +72,6 @@ struct ng_step {
 	unsigned long ip;	/* the stepped instruction */
 	struct task_struct *task;	/* the task it runs in */
 	bool nofault;		/* page faults disabled for it */
-	bool lockless;		/* an NMI on a CPU that holds ng_lock */
 	bool quiet;		/* beside a small BAR, in its page: not reported */
 	unsigned long saved_flags;
 	struct ng_insn insn;
@@ -74,38 +80,9 @@ struct ng_step {
 	u8 bytes[NG_COMPAT_MAX_BYTES];
 	unsigned int nbytes;
 	struct mmiotng_access acc;
-	/* the last step's record, not yet reported (ng_step_report) */
-	struct mmiotng_access done;
-	bool done_pending;
 };
 
 static DEFINE_PER_CPU(struct ng_step, ng_step);
-static DEFINE_PER_CPU(struct irq_work, ng_report_iw);
-
-/*
- * Report the last step's access.  The debug trap does not report it
- * itself: it runs as an NMI, where the BPF ring buffer only try-locks and
- * drops the record when another CPU is reserving.  The record, with the
- * time of the trap, goes out from an irq_work on this CPU (right after the
- * trap when the stepped code had interrupts on) or before this CPU's next
- * traced access, whichever is first, so this CPU's records keep their
- * order.  Interrupts off.
- */
-void ng_step_report(void)
-{
-	struct ng_step *s = this_cpu_ptr(&ng_step);
-	struct mmiotng_access a;
-
-	if (!xchg(&s->done_pending, false))
-		return;
-	a = s->done;
-	ng_report(&a);
-}
-
-static void ng_report_irq_work(struct irq_work *w)
-{
-	ng_step_report();
-}
 
 /* Whether this CPU is stepping (at ip, unless ip is 0). */
 bool ng_stepping(unsigned long ip)
@@ -119,20 +96,6 @@ static bool ng_insn_is_load(const struct ng_insn *insn)
 {
 	return insn->kind == NG_KIND_LOAD || insn->kind == NG_KIND_MOVZX ||
 	       insn->kind == NG_KIND_MOVSX;
-}
-
-/*
- * Whether this CPU holds ng_lock: an NMI came in during one of the short
- * ng_lock sections (none touches a device).  It cannot take the lock; but
- * no other CPU can change a page meanwhile (they would need the lock), and
- * the interrupted section saves an entry before it clears it and restores
- * it before it marks the page disarmed, so an NMI that faulted on a page
- * finds its saved entry valid: it presents that entry for the step and
- * clears it again after, without the bookkeeping.
- */
-static bool ng_lock_held_here(void)
-{
-	return in_nmi() && READ_ONCE(ng_lock_cpu) == smp_processor_id();
 }
 
 /* Make the page of addr present for the step.  Interrupts off. */
@@ -149,16 +112,10 @@ static void ng_step_add_page(struct ng_step *s, struct ng_mapping *m,
 			return;
 	if (s->npages == NG_STEP_PAGES)
 		return;		/* cannot happen: see NG_STEP_PAGES */
-	if (s->npages == 0)
-		s->lockless = ng_lock_held_here();
-	if (s->lockless) {
-		ng_page_present(pg);
-	} else {
-		ng_lock_irqs_off();
-		pg->steppers++;
-		ng_page_disarm(pg);
-		ng_unlock_irqs_off();
-	}
+	ng_lock_irqs_off();
+	pg->steppers++;
+	ng_page_disarm(pg);
+	ng_unlock_irqs_off();
 	s->map[s->npages] = m;
 	s->page[s->npages] = pg;
 	s->npages++;
@@ -317,8 +274,8 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 
 /*
  * The stepped instruction faulted on another armed page (a movs between
- * two traced pages, an access across a page boundary), or an NMI did while
- * the step was in progress: let it through too.  Fault path.
+ * two traced pages, an access across a page boundary): let it through too.
+ * Fault path.
  */
 void ng_step_more(struct ng_mapping *m, unsigned long addr)
 {
@@ -345,22 +302,17 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 		acc->value = 0;
 		this_cpu_inc(ng_stats.unknown);
 	}
-	/* stores were filled in when the step started */
-	ng_step_report();	/* the previous one, if still there */
+	/*
+	 * Stores were filled in when the step started.  The trap is NMI-like:
+	 * the record, with the time of the trap, waits for this CPU's irq_work
+	 * or its next access (ng_report).
+	 */
 	if (!s->quiet) {
 		acc->ts_ns = ktime_get_mono_fast_ns();
-		s->done = *acc;
-		WRITE_ONCE(s->done_pending, true);
-		irq_work_queue(this_cpu_ptr(&ng_report_iw));
+		ng_report(acc);
 	}
 
-	if (s->npages && s->lockless) {
-		for (i = 0; i < s->npages; i++)
-			ng_page_absent(s->page[i]);
-		s->npages = 0;
-		ng_flush_tlb_local();
-		ng_flush_soon();
-	} else if (s->npages) {
+	if (s->npages) {
 		ng_lock_irqs_off();
 		for (i = 0; i < s->npages; i++) {
 			struct ng_page *pg = s->page[i];
@@ -432,23 +384,11 @@ void ng_wait_steps(void)
 
 int ng_step_init(void)
 {
-	int cpu;
-
-	/* hard irq_works: in interrupt context on PREEMPT_RT too */
-	for_each_possible_cpu(cpu) {
-		struct irq_work *w = per_cpu_ptr(&ng_report_iw, cpu);
-
-		*w = IRQ_WORK_INIT_HARD(ng_report_irq_work);
-	}
 	return register_die_notifier(&ng_die_nb);
 }
 
 void ng_step_exit(void)
 {
-	int cpu;
-
 	ng_wait_steps();
 	unregister_die_notifier(&ng_die_nb);
-	for_each_possible_cpu(cpu)
-		irq_work_sync(per_cpu_ptr(&ng_report_iw, cpu));
 }

@@ -11,9 +11,11 @@
  * and every access is made with the type the driver asked for.
  *
  * Locking in this file:
- *  - Each CPU has two windows: one for the fault path and the debug trap
- *    (interrupts off), one for an NMI that comes in meanwhile.  A window is
- *    only used by its CPU, with interrupts off, so it needs no lock; its
+ *  - Each CPU has a window per nesting level (NG_LEVELS): one for the
+ *    fault path of tasks and interrupts (interrupts off), one for an NMI
+ *    or a kprobe's int3 handler on top of it, and so on; a context never
+ *    uses the window of the one it interrupted.  A window is only used by
+ *    its CPU, at its level, with interrupts off, so it needs no lock; its
  *    entry is rewritten (and the CPU's TLB entry for it dropped) only when
  *    the page it shows changes, or when the CPU uses it under another PCID
  *    than last time (ng_window_tlb.h says why).
@@ -33,7 +35,7 @@
 #include "mmiotng.h"
 #include "ng_window_tlb.h"
 
-#define NG_WINDOWS	2	/* per CPU: fault path and debug trap; NMI */
+#define NG_WINDOWS	NG_LEVELS	/* per CPU: one per nesting level */
 
 struct ng_window {
 	unsigned long va;
@@ -89,13 +91,13 @@ static pteval_t ng_window_entry(const struct ng_page *pg, unsigned long addr)
 void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
 			    unsigned int width)
 {
+	unsigned int act, level = ng_level();
 	struct ng_window *w;
 	pteval_t entry;
-	unsigned int act;
 
-	if ((addr & ~PAGE_MASK) + width > PAGE_SIZE)
+	if ((addr & ~PAGE_MASK) + width > PAGE_SIZE || level >= NG_WINDOWS)
 		return NULL;
-	w = &this_cpu_ptr(ng_windows)[in_nmi() ? 1 : 0];
+	w = &this_cpu_ptr(ng_windows)[level];
 	entry = ng_window_entry(pg, addr);
 	act = ng_window_tlb_use(&w->tlb, entry, ng_cur_pcid());
 	if (act & NG_WTLB_SET)

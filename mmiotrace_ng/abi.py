@@ -11,7 +11,7 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_ABI_VERSION: Final = 4
+MMIOTNG_ABI_VERSION: Final = 5
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
@@ -144,7 +144,7 @@ class MmiotngAccess(ctypes.Structure):
         ("compat_op", ctypes.c_uint8),
         ("insn_len", ctypes.c_uint8),
         ("flags", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8 * 2),
+        ("lost", ctypes.c_uint16),
         ("insn", ctypes.c_uint8 * MMIOTNG_INSN_BYTES),
         ("ts_ns", ctypes.c_uint64),
     ]

@@ -144,6 +144,10 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     7: "its page-table entries changed while it was armed",  # E2BIG
     95: "its pages are 1 GiB pages, which the helper does not arm",  # EOPNOTSUPP
     28: "the helper traces no more ranges at a time",        # ENOSPC
+    # an NMI (or a kprobe handler) made an access the helper cannot emulate
+    # there, and an NMI cannot be single-stepped: the page was given back
+    35: "an access in an NMI could not be emulated: one of its pages is "
+        "not traced from here on",                           # EDEADLK
 }
 
 

@@ -112,7 +112,7 @@ def status() -> nl.Status:
 def test_stress_file_lists_the_new_scenarios(exerciser):
     names = [ln.split()[0] for ln in STRESS.read_text().splitlines() if ln.strip()]
     assert names == ["stride", "maploop", "maploop2", "kprobe_read", "window16", "straddle",
-                     "wc_loop", "watch_write", "watch_read", "pagecross"]
+                     "wc_loop", "watch_write", "watch_read", "pagecross", "nmi"]
     assert not set(names) & set(exerciser.scenarios())
     stress("stride 3")
     stress("maploop 100")
@@ -870,3 +870,66 @@ def test_kernel_tracer_and_session_exclude_each_other(exerciser):
     assert counts["kernel on"] and counts["session on"], counts
     st = status()
     assert st.owner == 0 and st.filters == 0 and st.armed_pages == 0, st
+
+
+# ---- issue 28 item 6: MMIO in NMI handlers ----
+
+NMI_ROUNDS = 5000       # maploop rounds on the first CPU while NMIs come in
+
+
+@pytest.mark.parametrize("mode", [[], ["--singlestep"]], ids=["emulate", "singlestep"])
+def test_mmio_in_nmis_during_traced_accesses_is_traced(exerciser, mode):
+    """The first CPU maps a page of BAR0, reads it and unmaps it in a loop
+    (the ioremap and iounmap probes take the helper's lock; under
+    --singlestep each read is a single-step) while the second CPU sends it
+    NMIs, one at a time, whose handler reads the status register and every
+    second time also the irq status register.  Nothing hangs (an NMI on top
+    of the helper's lock, or of a step's trap, waits for nothing and steps
+    nothing), every read gets the device's value, and every access made in
+    an NMI is in the trace, once: none went through untraced, none was
+    lost (the BPF program does not run where it interrupted itself)."""
+    ensure_helper()
+    base = exerciser.bar0[0]
+    (EXERCISER_DEBUGFS / "nmi_cross").write_text("0\n")
+    t = NgTracer(["--pci", exerciser.dev.name, *mode], "ng-nmi").start()
+    try:
+        text = t.section(lambda: stress(f"nmi {NMI_ROUNDS}"))
+    finally:
+        assert t.stop() == 0
+    nmis, second = dbg("nmi_reads"), dbg("nmi_second")
+    recs = to_records(text, base)
+    print(f"{nmis} NMIs, {second} second reads; {len(recs)} records")
+    assert nmis > 50 and second == nmis // 2
+    assert [r for r in recs if r[0] == "LOST"] == []
+    assert [r for r in recs if r[:3] == ("R", 4, 0x20)] == [("R", 4, 0x20, 0)] * nmis
+    assert [r for r in recs if r[:3] == ("R", 4, 0x24)] == [("R", 4, 0x24, 0)] * second
+    assert [r for r in recs if r[:3] == ("R", 4, 0)] == [("R", 4, 0, IDENT)] * NMI_ROUNDS
+
+
+def test_mmio_in_an_nmi_that_cannot_be_emulated_gives_its_page_up(exerciser):
+    """An NMI handler that reads 4 bytes across BAR0's first two pages (an
+    access one window cannot reach, which elsewhere is single-stepped; an
+    NMI is never stepped): its page is given back for good and the trace
+    says so, nothing hangs, the loop's own mapping stays traced and the
+    helper unloads."""
+    ensure_helper()
+    base = exerciser.bar0[0]
+    (EXERCISER_DEBUGFS / "nmi_cross").write_text("1\n")
+    try:
+        t = NgTracer(["--pci", exerciser.dev.name], "ng-nmi-cross").start()
+        try:
+            text = t.section(lambda: stress("nmi 300"))
+        finally:
+            assert t.stop() == 0
+    finally:
+        (EXERCISER_DEBUGFS / "nmi_cross").write_text("0\n")
+    said = re.findall(r"^MARK .* is NOT traced: an access in an NMI could not be emulated",
+                      text, re.M)
+    recs = to_records(text, base)
+    print(f"{dbg('nmi_reads')} NMIs; said {len(said)} times")
+    assert dbg("nmi_second") > 0
+    assert len(said) >= 1
+    assert [r for r in recs if r[:3] == ("R", 4, 0xFFE)] == []
+    assert [r for r in recs if r[:3] == ("R", 4, 0)] == [("R", 4, 0, IDENT)] * 300
+    subprocess.run(["rmmod", "mmiotng"], check=True)
+    ensure_helper()

@@ -20,6 +20,8 @@
  *   maploop_hold_us (rw): maploop's wait between ioremap and readl
  *   stride_flush (rw): nonzero: stride flushes its CPU's TLB every round
  *   errors: wrong values seen so far by the running (or last) scenario
+ *   nmi_reads, nmi_second: the reads the last "nmi" run made in NMIs
+ *   nmi_cross (rw): nonzero: "nmi"'s second read is across pages
  *
  * The write returns once the scenario has finished: the number of bytes
  * written on success, -EINVAL for an unknown name or a bad COUNT, -EIO when a
@@ -70,7 +72,9 @@
 #include <linux/string.h>
 #include <linux/uaccess.h>
 
+#include <asm/apic.h>
 #include <asm/cpufeature.h>
+#include <asm/nmi.h>
 
 /* ng_flush_tlb_local(): the helper's, as it differs between kernels */
 #include "../../../kmod/mmiotng_compat.h"
@@ -116,6 +120,9 @@ struct edu_ex {
 	u32 memset_bytes;	/* the last "memset" stored byte by byte */
 	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
+	u32 nmi_reads;		/* "nmi": readl 0x20 made in NMI handlers */
+	u32 nmi_second;		/* "nmi": of them, followed by a second read */
+	u32 nmi_cross;		/* "nmi": the second read is at 0xffe, not 0x24 */
 	void __iomem *held;	/* the mapping of "hold", or NULL; lock */
 	unsigned long held_last;	/* where "unmap" unmapped it, or 0; lock */
 };
@@ -980,6 +987,180 @@ static int st_pagecross(struct edu_ex *ex, unsigned int count)
 	return 0;
 }
 
+/*
+ * "nmi": MMIO from an NMI handler while the same CPU traces its own
+ * accesses.  A kernel thread on the first online CPU runs COUNT rounds of
+ * maploop (ioremap page 0 of BAR0, readl ident, iounmap); meanwhile a
+ * thread on the next CPU sends it NMIs, one at a time (the next only after
+ * the handler ran), a fraction of a millisecond apart.  The handler reads
+ * the status register (0x20) through a mapping of BAR0 made before, and
+ * every second time also the irq status register (0x24), or with
+ * nmi_cross set the 4 bytes at 0xffe, across the first two pages (an
+ * access a tracer cannot emulate through one page).
+ */
+struct edu_nmi {
+	struct edu_ex *ex;
+	void __iomem *base;
+	int cpu;		/* the CPU the NMIs go to */
+	u32 sent;		/* NMIs sent ... */
+	u32 done;		/* ... and handled */
+	u32 second;		/* second reads */
+	bool cross;		/* the second read is at 0xffe */
+	u32 bad;		/* wrong status values */
+	struct completion loop_done, send_done;
+	unsigned int count;
+	int loop_ret, send_ret;
+};
+
+static struct edu_nmi *edu_nmi_run;	/* set while an "nmi" run lasts */
+
+static int edu_nmi_handler(unsigned int type, struct pt_regs *regs)
+{
+	struct edu_nmi *n = READ_ONCE(edu_nmi_run);
+
+	if (!n || raw_smp_processor_id() != n->cpu ||
+	    READ_ONCE(n->done) == READ_ONCE(n->sent))
+		return NMI_DONE;
+	if (readl(n->base + EDU_REG_STATUS) != 0)
+		n->bad++;
+	if (n->done & 1) {
+		if (!n->cross && readl(n->base + EDU_REG_IRQ_STATUS) != 0)
+			n->bad++;
+		/* whatever the device returns there: only the record counts */
+		if (n->cross)
+			(void)readl(n->base + EDU_SPARE_PAGE - 2);
+		n->second++;
+	}
+	/* pairs with the sender's acquire: this NMI's counts are seen first */
+	smp_store_release(&n->done, n->done + 1);
+	return NMI_HANDLED;
+}
+
+static int edu_nmi_loop_fn(void *data)
+{
+	struct edu_nmi *n = data;
+	unsigned int i;
+	void __iomem *p;
+
+	for (i = 0; i < n->count && !n->loop_ret; i++) {
+		p = ioremap(n->ex->start, PAGE_SIZE);
+		if (!p) {
+			n->loop_ret = -ENOMEM;
+			break;
+		}
+		edu_check(n->ex, "nmi loop readl ident", readl(p + EDU_REG_IDENT),
+			  EDU_IDENT_VALUE);
+		iounmap(p);
+		if ((i & 63) == 63)
+			cond_resched();
+	}
+	complete_all(&n->loop_done);	/* stays done: the sender polls it */
+	return 0;
+}
+
+/* Send NMIs to n->cpu until its loop is done; -ETIMEDOUT if one is lost. */
+static int edu_nmi_send(struct edu_nmi *n)
+{
+	unsigned long deadline;
+
+	while (!completion_done(&n->loop_done)) {
+		WRITE_ONCE(n->sent, n->sent + 1);
+		apic->send_IPI(n->cpu, NMI_VECTOR);
+		deadline = jiffies + HZ;
+		/* pairs with the handler's release: its counts come with it */
+		while (smp_load_acquire(&n->done) != n->sent) {
+			if (time_after(jiffies, deadline))
+				return -ETIMEDOUT;
+			cpu_relax();
+		}
+		/* about one NMI per round of the loop, at varying points */
+		usleep_range(100 + (n->sent % 7) * 100, 1000);
+	}
+	return 0;
+}
+
+static int edu_nmi_send_fn(void *data)
+{
+	struct edu_nmi *n = data;
+
+	n->send_ret = edu_nmi_send(n);
+	if (n->send_ret)
+		n->loop_ret = n->send_ret;	/* the loop stops at its next round */
+	complete(&n->send_done);
+	return 0;
+}
+
+static int st_nmi(struct edu_ex *ex, unsigned int count)
+{
+	struct task_struct *loop, *send;
+	struct edu_nmi *n;
+	int ret, sender;
+
+	n = kzalloc(sizeof(*n), GFP_KERNEL);
+	if (!n)
+		return -ENOMEM;
+	n->ex = ex;
+	n->count = count;
+	n->cross = READ_ONCE(ex->nmi_cross);
+	init_completion(&n->loop_done);
+	init_completion(&n->send_done);
+	n->base = edu_map(ex);
+	if (!n->base) {
+		kfree(n);
+		return -ENOMEM;
+	}
+	ret = register_nmi_handler(NMI_LOCAL, edu_nmi_handler, 0, KBUILD_MODNAME);
+	if (ret)
+		goto out_unmap;
+	loop = kthread_create(edu_nmi_loop_fn, n, "edu_nmi_loop");
+	if (IS_ERR(loop)) {
+		ret = PTR_ERR(loop);
+		goto out_handler;
+	}
+	get_task_struct(loop);
+	send = kthread_create(edu_nmi_send_fn, n, "edu_nmi_send");
+	if (IS_ERR(send)) {
+		ret = PTR_ERR(send);
+		/* never woken: it exits without running */
+		kthread_stop(loop);
+		put_task_struct(loop);
+		goto out_handler;
+	}
+	get_task_struct(send);
+	cpus_read_lock();
+	n->cpu = cpumask_first(cpu_online_mask);
+	sender = cpumask_next(n->cpu, cpu_online_mask);
+	if (sender >= nr_cpu_ids)
+		sender = n->cpu;
+	kthread_bind(loop, n->cpu);
+	kthread_bind(send, sender);
+	WRITE_ONCE(edu_nmi_run, n);
+	wake_up_process(loop);
+	wake_up_process(send);
+	wait_for_completion(&n->loop_done);
+	wait_for_completion(&n->send_done);
+	cpus_read_unlock();
+	WRITE_ONCE(edu_nmi_run, NULL);
+	/* both have left their functions (module text) when these return */
+	kthread_stop(loop);
+	kthread_stop(send);
+	put_task_struct(loop);
+	put_task_struct(send);
+	ret = n->send_ret ? n->send_ret : n->loop_ret;
+out_handler:
+	unregister_nmi_handler(NMI_LOCAL, KBUILD_MODNAME);
+	ex->nmi_reads = n->done;
+	ex->nmi_second = n->second;
+	if (n->bad) {
+		pr_err("nmi: %u wrong status values\n", n->bad);
+		ex->errors++;
+	}
+out_unmap:
+	edu_unmap(ex, n->base);
+	kfree(n);
+	return ret ? ret : edu_result(ex);
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -1001,6 +1182,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "COUNT reads of edu_watched from edu_watch_reader (no MMIO)" },
 	{ "pagecross", st_pagecross, false,
 	  "readl, writel at 0xffe and readq at 0xffc: across BAR0's first page" },
+	{ "nmi", st_nmi, true,
+	  "maploop COUNT on one CPU, NMIs to it reading 0x20 (and 0x24 or 0xffe)" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
@@ -1526,6 +1709,9 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	debugfs_create_u32("stride_flush", 0600, ex->dir, &ex->stride_flush);
 	debugfs_create_u32("errors", 0400, ex->dir, &ex->errors);
 	debugfs_create_u32("memset_bytes", 0444, ex->dir, &ex->memset_bytes);
+	debugfs_create_u32("nmi_reads", 0444, ex->dir, &ex->nmi_reads);
+	debugfs_create_u32("nmi_second", 0444, ex->dir, &ex->nmi_second);
+	debugfs_create_u32("nmi_cross", 0600, ex->dir, &ex->nmi_cross);
 
 	pci_set_drvdata(pdev, ex);
 	dev_info(&pdev->dev, "BAR0 %pa, %llu bytes\n", &ex->start,
