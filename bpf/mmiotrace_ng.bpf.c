@@ -137,6 +137,22 @@ static __always_inline void ng_count_drop(void)
 		(*p)++;
 }
 
+/* n accesses the helper could not report: counted, reported with the next */
+static __always_inline void ng_count_drops(u32 n)
+{
+	int total = 0, pending = 1;
+	u64 *t, *p;
+
+	if (!n)
+		return;
+	t = drops.lookup(&total);
+	p = drops.lookup(&pending);
+	if (t)
+		*t += n;
+	if (p)
+		*p += n;
+}
+
 static __always_inline void *ng_reserve(u32 size, u16 type)
 {
 	struct ng_rec_hdr *hdr = events.ringbuf_reserve(size);
@@ -362,11 +378,14 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	if (ng_config(NG_CONFIG_HISTOGRAM)) {
 		ng_count_access(&acc);
+		ng_count_drops(acc.lost);
 		return 0;
 	}
 	r = ng_reserve(sizeof(*r), NG_REC_ACCESS);
-	if (!r)
+	if (!r) {
+		ng_count_drops(acc.lost);	/* this one was counted */
 		return 0;
+	}
 	/* a single-stepped access is reported a little after it happened */
 	if (acc.ts_ns)
 		r->hdr.ts_ns = acc.ts_ns;

@@ -41,6 +41,7 @@
 #include <linux/percpu.h>
 #include <linux/atomic.h>
 #include <linux/irqflags.h>
+#include <linux/lockdep.h>
 #include <linux/smp.h>
 #include <linux/preempt.h>
 #include <asm/pgtable_types.h>
@@ -185,12 +186,8 @@ static inline void ng_unlock_irqrestore(unsigned long flags)
 	local_irq_restore(flags);
 }
 
-/* What lockdep_assert_held() says for a kernel lock (debug kernels only). */
-#ifdef CONFIG_LOCKDEP
-#define ng_lock_assert_held()	WARN_ON_ONCE(!ng_lock_mine())
-#else
-#define ng_lock_assert_held()	do { } while (0)
-#endif
+/* What lockdep_assert_held() says for a kernel lock (lockdep kernels only). */
+#define ng_lock_assert_held()	lockdep_assert(ng_lock_mine())
 
 extern struct list_head ng_filters;
 extern struct list_head ng_mappings;
@@ -225,6 +222,7 @@ bool ng_overlaps_mapping(unsigned long base, unsigned long len);
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr);
 void ng_page_arm(struct ng_page *pg);
 bool ng_page_disarm(struct ng_page *pg);
+bool ng_page_give_back(struct ng_page *pg);
 struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size);
 bool ng_overlaps_filter(phys_addr_t phys, unsigned long size);
 

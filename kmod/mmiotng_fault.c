@@ -90,12 +90,16 @@ unsigned int ng_mode = MMIOTNG_MODE_EMULATE;
  */
 #define NG_DEFER_RECS	32
 
+#define NG_DEFER_MAPS	4	/* pages given up (ng_untrap): rare */
+
 struct ng_deferred {
 	struct mmiotng_access rec[NG_DEFER_RECS];
 	unsigned int head;	/* records queued: its level */
 	unsigned int tail;	/* records taken: level 0 */
 	unsigned int lost;	/* records not queued (full): its level */
 	unsigned int lost_said;	/* of them, said in a record: level 0 */
+	struct mmiotng_map map[NG_DEFER_MAPS];
+	unsigned int map_head, map_tail;	/* as head and tail */
 };
 
 /* per CPU, a queue per level above 0 (allocated: too big for a module's static per-CPU area) */
@@ -118,8 +122,24 @@ static void ng_defer(const struct mmiotng_access *a, unsigned int level)
 		*r = *a;
 		if (!r->ts_ns)
 			r->ts_ns = ktime_get_mono_fast_ns();
-		barrier();	/* the record before the head that shows it */
-		WRITE_ONCE(q->head, q->head + 1);
+		/* the record before the head that shows it (one CPU) */
+		smp_store_release(&q->head, q->head + 1);
+	}
+	irq_work_queue(this_cpu_ptr(&ng_deferred_iw));
+}
+
+/* A page given up at this level (ng_untrap); the kernel log if no room. */
+static void ng_defer_map(const struct mmiotng_map *ev, unsigned int level)
+{
+	struct ng_deferred *q = &this_cpu_ptr(ng_deferred)->q[level];
+
+	if (q->map_head - READ_ONCE(q->map_tail) >= NG_DEFER_MAPS) {
+		pr_warn_ratelimited("a page of the mapping at 0x%llx is no longer traced\n",
+				    ev->virt);
+	} else {
+		q->map[q->map_head % NG_DEFER_MAPS] = *ev;
+		/* the event before the head that shows it (one CPU) */
+		smp_store_release(&q->map_head, q->map_head + 1);
 	}
 	irq_work_queue(this_cpu_ptr(&ng_deferred_iw));
 }
@@ -153,15 +173,24 @@ static void ng_report_deferred(void)
 	unsigned int i, lost;
 
 	for (i = 1; i < NG_LEVELS; i++) {
+		/* pairs with ng_defer*(): the slot is filled before the head moves */
+		while (q[i].map_tail != smp_load_acquire(&q[i].map_head)) {
+			struct mmiotng_map ev = q[i].map[q[i].map_tail % NG_DEFER_MAPS];
+
+			/* copied before the slot is given back */
+			smp_store_release(&q[i].map_tail, q[i].map_tail + 1);
+			trace_mmiotng_map(&ev);
+		}
 		lost = READ_ONCE(q[i].lost) - q[i].lost_said;
 		if (lost) {
 			q[i].lost_said += lost;
 			this_cpu_add(ng_lost_unsaid, lost);
 		}
-		while (q[i].tail != READ_ONCE(q[i].head)) {
+		/* pairs with ng_defer*(): the slot is filled before the head moves */
+		while (q[i].tail != smp_load_acquire(&q[i].head)) {
 			a = q[i].rec[q[i].tail % NG_DEFER_RECS];
-			barrier();	/* copied before the slot is given back */
-			WRITE_ONCE(q[i].tail, q[i].tail + 1);
+			/* copied before the slot is given back */
+			smp_store_release(&q[i].tail, q[i].tail + 1);
 			ng_trace(&a);
 		}
 	}
@@ -188,7 +217,8 @@ int ng_report_init(void)
 
 /*
  * After the fault hook and the single-step are gone (the last steps'
- * records were queued by their traps): trace what is queued, free it.
+ * records were queued by their traps, each with the irq_work that traces
+ * it): wait for those irq_works, then free the queues.
  */
 void ng_report_exit(void)
 {
@@ -550,6 +580,8 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	if (!c.user_len)
 		return NG_MUST_STEP;
 	/* the elements done so far stay done: registers say where it stopped */
+	if (ng_level())
+		return NG_MUST_STEP;	/* no waiting for a page there: ng_untrap */
 	u = this_cpu_ptr(&ng_user_page);
 	u->addr = c.user_addr;
 	u->len = c.user_len;
@@ -738,33 +770,33 @@ enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
 /*
  * What an NMI-like context cannot emulate (an instruction the decoder does
  * not know, an access across a page or to two traced pages) cannot be
- * single-stepped there either (mmiotng_step.c): the page is given back to
- * the mapping for good and the instruction runs on it, untraced from now
- * on, which the trace says (a mapping NOT traced, -EDEADLK).  On top of
- * this CPU's own ng_lock section, the entry is put back without the
- * bookkeeping: no other CPU can change it meanwhile, and the interrupted
- * section's own write (cmpxchg against the armed entry) then finds it not
- * armed and leaves it.
+ * single-stepped there either (mmiotng_step.c), nor can a context that
+ * re-entered the fault path at its own level (a probe on the helper's own
+ * code, with a window and a lock section of its own level in use), nor one
+ * four NMI-like levels deep: the page is given back to the mapping for
+ * good, without ng_lock (ng_page_give_back), and the instruction runs on it,
+ * untraced from now on, which the trace says (the mapping NOT traced,
+ * -EDEADLK, queued as the accesses are).  False: nothing to give back.
  */
-static void ng_untrap(struct ng_mapping *m, unsigned long addr)
+static bool ng_untrap(struct ng_mapping *m, unsigned long addr, unsigned int level)
 {
 	struct ng_page *pg = ng_find_page(m, addr);
-	bool mine = ng_lock_mine();
+	struct mmiotng_map ev = {
+		.virt = m->virt, .phys = m->phys, .size = m->size, .err = -EDEADLK,
+	};
 
-	if (!pg)
-		return;
-	if (mine) {
-		pg->lost = true;
-		WRITE_ONCE(pg->ptep->pte, pg->saved);	/* a 2M entry: the same 64 bits */
-	} else {
-		ng_lock_irqs_off();
-		ng_page_disarm(pg);
-		pg->lost = true;	/* never armed again */
-		ng_unlock_irqs_off();
-	}
+	if (!pg || !ng_page_give_back(pg))
+		return false;
 	this_cpu_inc(ng_stats.refused);
-	ng_report_map(m->virt, m->phys, m->size, -EDEADLK);
+	if (level && level < NG_LEVELS)
+		ng_defer_map(&ev, level);
+	else
+		trace_mmiotng_map(&ev);
+	return true;
 }
+
+/* Levels of this CPU that are in ng_fault() (a bit each): re-entry shows. */
+static DEFINE_PER_CPU(unsigned long, ng_levels_busy);
 
 /* Faults on armed pages being handled on this CPU (more than one: nested). */
 static DEFINE_PER_CPU(unsigned int, ng_fault_depth);
@@ -774,6 +806,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 				     unsigned long address)
 {
 	enum ng_fault_result res = NG_HANDLED;
+	unsigned int level = ng_level();
 	u8 bytes[NG_COMPAT_MAX_BYTES];
 	enum ng_emu_result emu;
 	struct ng_mapping *m;
@@ -792,15 +825,18 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 		rcu_read_unlock();
 		return ng_fault_raced(address) ? NG_HANDLED : NG_NOT_OURS;
 	}
-	if (ng_level() >= NG_LEVELS) {
-		/* not served (NG_LEVELS): the kernel reports the fault */
+	/* too deep, re-entered at its level, or on top of its own lock section */
+	if (level >= NG_LEVELS || (this_cpu_read(ng_levels_busy) & BIT(level)) ||
+	    (!level && ng_lock_mine())) {
+		res = ng_untrap(m, address, level) ? NG_HANDLED : NG_NOT_OURS;
 		rcu_read_unlock();
-		this_cpu_inc(ng_stats.refused);
-		return NG_NOT_OURS;
+		return res;
 	}
+	this_cpu_or(ng_levels_busy, BIT(level));
 	this_cpu_inc(ng_stats.faults);
 	nested = this_cpu_inc_return(ng_fault_depth) > 1;
-	if (ng_stepping(regs->ip)) {
+	/* only a task or an interrupt single-steps: its own second fault */
+	if (!level && ng_stepping(regs->ip)) {
 		/* the stepped instruction touches another armed page */
 		ng_step_more(m, address);
 		goto out;
@@ -809,23 +845,22 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	if (mode == MMIOTNG_MODE_TRAP_ONLY && ng_trap_only(regs, nested))
 		goto out;
 	/* an NMI-like context never single-steps (mmiotng_step.c): it emulates */
-	if (ng_level() && mode == MMIOTNG_MODE_SINGLESTEP)
+	if (level && mode == MMIOTNG_MODE_SINGLESTEP)
 		mode = MMIOTNG_MODE_EMULATE;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
 	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn, nested);
-	forced = ng_step_forced(regs);
+	forced = !level && ng_step_forced(regs);
 	if (decoded && mode == MMIOTNG_MODE_EMULATE && !forced) {
 		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, &insn);
 		if (emu == NG_EMULATED) {
 			this_cpu_inc(ng_stats.emulated);
 			goto out;
 		}
-		/* an NMI cannot wait for a page: it steps, page faults off */
-		if (emu == NG_NEEDS_USER_PAGE && !in_nmi())
+		if (emu == NG_NEEDS_USER_PAGE && !level)
 			goto fault_in;
 	}
-	if (ng_level()) {
-		ng_untrap(m, address);
+	if (level) {
+		res = ng_untrap(m, address, level) ? NG_HANDLED : NG_NOT_OURS;
 		goto out;
 	}
 	/*
@@ -834,7 +869,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	 * is faulted in first, unless that failed already (then the kernel's
 	 * uaccess fixup ends the copy, as it would without the helper).
 	 */
-	if (decoded && !forced && !in_nmi() && ng_user_operand_missing(&insn, regs))
+	if (decoded && !forced && ng_user_operand_missing(&insn, regs))
 		goto fault_in;
 	/* the mapping stays valid: freeing waits for the debug trap */
 	ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
@@ -845,6 +880,7 @@ fault_in:
 	res = NG_FAULT_IN_USER;
 out:
 	this_cpu_dec(ng_fault_depth);
+	this_cpu_and(ng_levels_busy, ~BIT(level));
 	rcu_read_unlock();
 	return res;
 }

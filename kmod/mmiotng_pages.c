@@ -179,6 +179,24 @@ bool ng_page_disarm(struct ng_page *pg)
 	return ours;
 }
 
+/*
+ * Put the saved entry back for good, without ng_lock (an NMI-like context,
+ * ng_untrap): only over an armed entry (cmpxchg, as ng_page_disarm), and
+ * the page is marked lost, so nobody arms it again.  pg->armed stays set:
+ * a later disarm finds the entry not armed and leaves it (counted stale).
+ * False if the entry is neither armed nor present (unmapped unseen).
+ */
+bool ng_page_give_back(struct ng_page *pg)
+{
+	pteval_t *entry = &pg->ptep->pte;	/* a 2M entry: the same 64 bits */
+	pteval_t old = READ_ONCE(*entry);
+
+	WRITE_ONCE(pg->lost, true);
+	if (old && !(old & ~_PAGE_KNL_ERRATUM_MASK) && cmpxchg(entry, old, pg->saved) == old)
+		return true;
+	return READ_ONCE(*entry) & _PAGE_PRESENT;
+}
+
 /* The frame an entry of this level maps (the PAT bit of a 2M entry excluded). */
 static unsigned long ng_entry_pfn(pte_t *ptep, unsigned int level)
 {
