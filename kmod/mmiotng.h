@@ -53,13 +53,13 @@
 /* an instruction touches at most two operands, each on at most two pages */
 #define NG_STEP_PAGES		4
 /*
- * Contexts that can nest on one CPU and each reach the fault path or the
- * single-step path: a task or interrupt (0), an NMI or a debug trap or a
- * kprobe's int3 on top of it (1), and so on: the kernel's NMI nesting count
- * (nmi_count()), which each of those raises.  Each level has a window
- * (mmiotng_window.c) and a step (mmiotng_step.c) of its own, so an NMI never
- * touches the state of the code it interrupted.  A fault deeper than that
- * (four such contexts stacked, each with a device access) is not served.
+ * Contexts that can nest on one CPU and each reach the fault path: a task
+ * or interrupt (0), an NMI or a debug trap or a kprobe's int3 on top of it
+ * (1), and so on: the kernel's NMI nesting count (nmi_count()), which each
+ * of those raises.  Each level has a window of its own (mmiotng_window.c),
+ * so an NMI never touches the window of the code it interrupted; only
+ * level 0 single-steps (mmiotng_step.c).  A fault deeper than that (four
+ * such contexts stacked) gives its page up (ng_untrap).
  */
 #define NG_LEVELS		4
 /*
@@ -143,11 +143,12 @@ extern struct mutex ng_mutex;
 /*
  * ng_lock: a spinning lock whose word is the CPU that holds it (-1: free),
  * as printk's CPU lock.  It is taken and released by one atomic operation
- * each, with interrupts off, so a context that comes in on top of a
- * holder on the same CPU (an NMI, a debug trap, a kprobe's int3, all of
- * which can reach the single-step path) always knows that its CPU holds
- * it (ng_lock_mine) and must not wait: there is no moment at which the
- * lock is held and its holder not yet (or no longer) recorded.
+ * each, with interrupts off, so a fault that comes in on top of a holder
+ * on the same CPU (a probe on the helper's own code) always knows that its
+ * CPU holds it (ng_lock_mine) and must not wait: there is no moment at
+ * which the lock is held and its holder not yet (or no longer) recorded.
+ * A fault in an NMI-like context never takes it (ng_untrap); the debug
+ * trap of a level-0 step does, and never comes in on top of a section.
  */
 extern atomic_t ng_lock_owner;
 

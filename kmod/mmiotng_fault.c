@@ -43,8 +43,8 @@
  *    fault can nest in another's handling only from an NMI or from a probe
  *    handler inside it: ng_fault_depth counts them (a single this_cpu
  *    instruction each way), and a nested fault leaves the caches alone.
- *    The window and the single-step it uses are those of its nesting level
- *    (NG_LEVELS), never the interrupted fault's.
+ *    The window it uses is that of its nesting level (NG_LEVELS), never
+ *    the interrupted fault's; only level 0 single-steps.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
