@@ -220,6 +220,7 @@ int ng_mapping_arm(struct ng_mapping *m, struct ng_filter *f);
 void ng_mapping_disarm(struct ng_mapping *m);
 struct ng_mapping *ng_find_mapping(unsigned long addr);
 bool ng_overlaps_mapping(unsigned long base, unsigned long len);
+bool ng_whole_area(unsigned long base, unsigned long len);
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr);
 void ng_page_arm(struct ng_page *pg);
 bool ng_page_disarm(struct ng_page *pg);

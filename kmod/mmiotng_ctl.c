@@ -300,8 +300,9 @@ void ng_disarm_all(void)
 
 /*
  * Arm a mapping made before the session (found in /proc/vmallocinfo).
- * Every entry must map the claimed physical range, inside a filter; an
- * address being unmapped right now is refused with -EBUSY.
+ * It must be a whole ioremap area, every entry must map the claimed
+ * physical range, inside a filter; an address being unmapped right now is
+ * refused with -EBUSY.
  */
 int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 {
@@ -326,6 +327,8 @@ int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys)
 			ret = -EBUSY;
 		else if (ng_overlaps_mapping(m->base, m->len))
 			ret = -EEXIST;
+		else if (!ng_whole_area(m->base, m->len))
+			ret = -EINVAL;
 		else
 			ret = ng_mapping_arm(m, f);
 		ng_unlock_irqrestore(flags);

@@ -286,6 +286,33 @@ bool ng_overlaps_mapping(unsigned long base, unsigned long len)
 	return false;
 }
 
+/*
+ * Whether nothing is mapped at addr: no entry, or a none one that no
+ * mapping of the helper covers (an armed entry is none to pte_none()).
+ * ng_lock held.
+ */
+static bool ng_unmapped(unsigned long addr)
+{
+	unsigned int level;
+	pte_t *ptep = lookup_address(addr, &level);
+
+	return (!ptep || pte_none(*ptep)) && !ng_overlaps_mapping(addr, PAGE_SIZE);
+}
+
+/*
+ * Whether [base, base + len) is a whole ioremap area, not a part of one.
+ * Every such area is followed by a guard page that is never mapped, so
+ * the page before an area's start is a guard page or free, and so is the
+ * page after its last one; a range that starts or ends inside an area has
+ * a mapped page there.  (A VM_NO_GUARD area just before a whole one makes
+ * it look like a part: refused, which is safe.)  The iounmap hook relies
+ * on it: every armed mapping is all of its area.  ng_lock held.
+ */
+bool ng_whole_area(unsigned long base, unsigned long len)
+{
+	return ng_unmapped(base - PAGE_SIZE) && ng_unmapped(base + len);
+}
+
 /* The filter that contains [phys, phys + size).  ng_lock or ng_mutex. */
 struct ng_filter *ng_find_filter(phys_addr_t phys, unsigned long size)
 {

@@ -65,8 +65,9 @@ static unsigned int ng_unmap_overflow;			/* ng_lock */
 
 /*
  * Whether a page of [base, base + len) may be being unmapped.  The probe
- * does not know the length of the area an iounmap frees: a mark covers
- * the largest mapping the helper arms.  ng_lock held.
+ * does not know the area an iounmap frees: iounmap() frees the whole area
+ * that holds the address it is given, its start or not.  So a mark covers
+ * the largest mapping the helper arms on either side.  ng_lock held.
  */
 bool ng_unmap_in_flight(unsigned long base, unsigned long len)
 {
@@ -78,7 +79,7 @@ bool ng_unmap_in_flight(unsigned long base, unsigned long len)
 	for (i = 0; i < NG_UNMAP_SLOTS; i++) {
 		unsigned long a = ng_unmap_slot[i];
 
-		if (a && a < base + len && a + NG_MAX_FILTER_SIZE > base)
+		if (a && a - NG_MAX_FILTER_SIZE < base + len && a + NG_MAX_FILTER_SIZE > base)
 			return true;
 	}
 	return false;
@@ -250,6 +251,22 @@ static struct kretprobe ng_ioremap_probe = {
 /* ---- iounmap ------------------------------------------------------- */
 
 /*
+ * The armed mapping of the area that iounmap(base) frees, or NULL.  iounmap()
+ * frees the area that holds base, which may be inside it (a driver's bug)
+ * or its guard page; every armed mapping is all of its area but the guard
+ * (ng_whole_area).  ng_lock held.
+ */
+static struct ng_mapping *ng_unmapped_mapping(unsigned long base)
+{
+	struct ng_mapping *m = ng_find_mapping(base);
+
+	if (m)
+		return m;
+	m = ng_find_mapping(base - PAGE_SIZE);
+	return m && m->base + m->len == base ? m : NULL;
+}
+
+/*
  * iounmap() entry: put the pages back before the area is freed.  From the
  * ftrace hook (p is NULL): process context, preemption possibly on; all it
  * does is under ng_lock with interrupts off.
@@ -264,11 +281,9 @@ static int ng_iounmap_pre(struct kprobe *p, struct pt_regs *regs)
 	ng_lock_irqsave(&flags);
 	if (mark)
 		ng_unmap_mark(base);
-	m = ng_find_mapping(base);
-	if (m && m->base == base)
+	m = ng_unmapped_mapping(base);
+	if (m)
 		ng_mapping_disarm(m);
-	else
-		m = NULL;
 	ng_unlock_irqrestore(flags);
 	if (m)
 		call_rcu(&m->rcu, ng_mapping_recycle);

@@ -354,6 +354,16 @@ raise SystemExit(99)
                 errno.EINVAL, "")
             results["(d) ARM_EXISTING, VIRT one page off"] = (
                 nl_errno(lambda: h.arm_existing(virt + PAGE, PAGE, start)), errno.EINVAL, "")
+            # consistent, but only a part of the 1 MiB area: iounmap() of the
+            # area would not find it
+            results["(f) ARM_EXISTING of the area's second page"] = (
+                nl_errno(lambda: h.arm_existing(virt + PAGE, PAGE, start + PAGE)),
+                errno.EINVAL, "")
+            results["(f) ARM_EXISTING of the area's first page"] = (
+                nl_errno(lambda: h.arm_existing(virt, PAGE, start)), errno.EINVAL, "")
+            results["(f) ARM_EXISTING of the area less its first page"] = (
+                nl_errno(lambda: h.arm_existing(virt + PAGE, length - PAGE, start + PAGE)),
+                errno.EINVAL, "")
             assert h.status().armed_pages == 0
             h.disarm_all()
         run.stop()
@@ -379,6 +389,30 @@ raise SystemExit(99)
     bad = {k: (name(got), name(want)) for k, (got, want, _) in results.items() if got != want}
     print({k: name(v[0]) for k, v in results.items()})
     assert not bad, "got, wanted: " + repr(bad)
+
+
+def test_iounmap_by_an_address_inside_an_armed_mapping_disarms_it(held):
+    """Item 5: iounmap() of the held mapping's second page (a driver's bug)
+    frees the whole area: the helper must disarm the mapping then, not
+    keep it listed over freed address space (where a later ioremap would
+    be silently untraced, and the session's end would find its entries
+    gone), and nothing may be written into the freed range."""
+    from held import held_pages, hold
+
+    hold("map")
+    stale = helper_status().get("stale", 0)
+    t = NgTracer(["--pci", held.dev.name], "ng-unmap-inner").start()
+    try:
+        virt, pages, present = held_pages()
+        assert present == 0, "the held mapping is not armed"
+        hold("unmap_inner")
+        st = helper_status()
+    finally:
+        assert t.stop() == 0, t.stderr()
+    assert (st["mappings"], st["armed_pages"]) == (0, 0), st
+    last = (EXERCISER_DEBUGFS / "held_last").read_text().split()
+    assert (int(last[1], 16), last[5]) == (virt, "0"), last
+    assert helper_status()["stale"] == stale, "entries found changed at the end"
 
 
 def test_mmio_read_from_a_kprobe_handler_is_traced(exerciser):

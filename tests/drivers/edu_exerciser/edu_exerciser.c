@@ -1398,7 +1398,9 @@ static const struct file_operations edu_bar_read_fops = {
 /*
  * Writing "map" to "hold" maps BAR0 and keeps the mapping; "touch" reads
  * the ident register and writes and reads back the liveness register
- * through it (a wrong value: -EIO); "unmap" unmaps it.  Reading "hold"
+ * through it (a wrong value: -EIO); "unmap" unmaps it; "unmap_inner"
+ * unmaps it by the address of its second page (a driver's bug: iounmap()
+ * frees the area that holds the address).  Reading "hold"
  * gives "virt 0x... pages N present P": how many of the mapping's pages
  * the kernel's page table maps right now, read with lookup_address(), so
  * a test can see whether a page was left not-present without asking the
@@ -1483,13 +1485,15 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 			ret = -ENOMEM;
 	} else if (!strcmp(cmd, "touch")) {
 		ret = ex->held ? edu_hold_touch(ex) : -ENXIO;
-	} else if (!strcmp(cmd, "unmap")) {
-		if (ex->held) {
-			pci_iounmap(ex->pdev, ex->held);
-			ex->held_last = (unsigned long)ex->held & PAGE_MASK;
-		} else {
+	} else if (!strcmp(cmd, "unmap") || !strcmp(cmd, "unmap_inner")) {
+		if (!ex->held)
 			ret = -ENXIO;
-		}
+		else if (cmd[5])	/* a driver's bug that frees it all the same */
+			iounmap(ex->held + PAGE_SIZE);
+		else
+			pci_iounmap(ex->pdev, ex->held);
+		if (ex->held)
+			ex->held_last = (unsigned long)ex->held & PAGE_MASK;
 		ex->held = NULL;
 	} else {
 		ret = -EINVAL;
