@@ -36,6 +36,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/atomic.h>
+#include <linux/delay.h>
 #include <linux/mm.h>
 #include <linux/moduleparam.h>
 #include <linux/pci.h>
@@ -230,6 +231,11 @@ int ng_filter_add(phys_addr_t start, u64 size)
 	return 0;
 }
 
+static unsigned int test_reset_delay_ms;
+module_param(test_reset_delay_ms, uint, 0444);
+MODULE_PARM_DESC(test_reset_delay_ms,
+		 "tests: sleep this long before the windows are reset at a session's end (as a preemption there would)");
+
 /*
  * Unlink filter @only (every filter if NULL) and its mappings in one
  * ng_lock section, restoring their pages; free them once no CPU can be
@@ -261,8 +267,17 @@ static void ng_teardown(struct ng_filter *only)
 	/* no CPU is emulating through them or stepping on them after this */
 	synchronize_rcu();
 	ng_wait_steps();
-	if (!only || list_empty(&ng_mappings))
+	/*
+	 * Only with no filter left (ng_filters changes under ng_mutex only):
+	 * no mapping is listed then, nor can one be armed.  ng_mappings
+	 * empty means nothing: a mapping of another filter can be armed and
+	 * emulated through a window the moment after.
+	 */
+	if (list_empty(&ng_filters)) {
+		if (test_reset_delay_ms)
+			msleep(min(test_reset_delay_ms, 1000U));
 		ng_windows_reset();	/* no device page stays in a window */
+	}
 	list_for_each_entry_safe(m, mtmp, &dead_maps, dead)
 		ng_mapping_free(m);
 	/* unmapped mappings on their way back to a dying filter */

@@ -29,6 +29,8 @@
 #include <linux/mm.h>
 #include <linux/vmalloc.h>
 #include <linux/preempt.h>
+#include <linux/delay.h>
+#include <linux/moduleparam.h>
 #include <asm/pgtable.h>
 #include <asm/tlbflush.h>
 
@@ -46,6 +48,11 @@ struct ng_window {
 
 static DEFINE_PER_CPU(struct ng_window [NG_WINDOWS], ng_windows);
 static void *ng_window_area;
+
+static unsigned int test_window_hold_us;
+module_param(test_window_hold_us, uint, 0444);
+MODULE_PARM_DESC(test_window_hold_us,
+		 "tests: spin this long after a window is set, before the access through it (races with a change of the window then show)");
 
 /*
  * Drop this CPU's TLB entry for va in the current PCID (and a global one):
@@ -104,6 +111,8 @@ void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
 		set_pte_atomic(w->ptep, __pte(entry));
 	if (act & NG_WTLB_FLUSH)
 		ng_invlpg(w->va);
+	if (unlikely(test_window_hold_us))
+		udelay(min(test_window_hold_us, 1000U));
 	return (void __iomem *)(w->va + (addr & ~PAGE_MASK));
 }
 

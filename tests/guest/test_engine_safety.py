@@ -190,6 +190,44 @@ def test_filter_del_racing_ioremap(exerciser):
     exerciser.run("readl")
 
 
+def test_another_filter_coming_and_going_beside_a_traced_loop(exerciser):
+    """Item 9: a second filter (BAR0's last page) is added and deleted over
+    and over while the driver maps page 0, under a filter of its own, reads
+    it through an emulated access and unmaps it in a loop on the other
+    CPU.  Deleting the second filter must leave the emulating CPU's window
+    alone: every value the loop reads is right.  The helper sleeps 2 ms
+    before it would reset the windows (test_reset_delay_ms: as a preemption
+    there would) and holds each window 200 us before the access through it
+    (test_window_hold_us), so that a change of the window shows."""
+    subprocess.run(["rmmod", "mmiotng"], capture_output=True)
+    subprocess.run(["insmod", str(HELPER_KO), "test_window_hold_us=200",
+                    "test_reset_delay_ms=2"], check=True)
+    start, length = exerciser.bar0
+    other = start + length - PAGE
+    run = StressRun(f"maploop {FOREVER}")
+    cycles = 0
+    try:
+        wait_virt("maploop_virt")
+        deadline = time.monotonic() + RACE_SECONDS
+        with nl.HelperSocket() as h:
+            h.filter_add(start, PAGE)
+            while time.monotonic() < deadline:
+                h.filter_add(other, PAGE)
+                h.filter_del(other, PAGE)
+                cycles += 1
+                if cycles % 32 == 0:
+                    run.check_alive()
+            faults = h.status().faults
+            h.disarm_all()
+        print(f"{cycles} add/del cycles of the other filter, {faults} faults taken")
+        assert faults > cycles, "the loop's reads were not trapped"
+        run.stop()
+    finally:
+        run.kill()
+        subprocess.run(["rmmod", "mmiotng"], check=True)
+        ensure_helper()
+
+
 @pytest.mark.single_tcg
 def test_rmmod_with_session_racing_ioremap(exerciser):
     """Item 2, at module exit: the helper is unloaded while a controller
