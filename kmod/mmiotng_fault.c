@@ -318,27 +318,44 @@ bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int widt
  */
 #define NG_UNREACHABLE	IOMEM_ERR_PTR(-EFAULT)
 
-static void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
+#define NG_UNREACHABLE_PAGE	((struct ng_page *)ERR_PTR(-EFAULT))
+
+/*
+ * The page of an armed mapping that holds all of [addr, addr + width), and
+ * *mp its mapping; NULL or NG_UNREACHABLE_PAGE as ng_device_at() says.
+ * No window is changed.
+ */
+static struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
 				  unsigned int width, struct ng_mapping **mp)
 {
 	unsigned long last = addr + width - 1;
 	struct ng_mapping *m = hint;
 	struct ng_page *pg;
-	void __iomem *io;
 
 	if (!m || addr < m->base || addr - m->base >= m->len)
 		m = ng_find_mapping(addr);
 	if (!m)		/* its last byte may be in one */
 		return ((addr ^ last) & PAGE_MASK) && ng_find_mapping(last) ?
-		       NG_UNREACHABLE : NULL;
-	if (last - m->base >= m->len)
-		return NG_UNREACHABLE;
+		       NG_UNREACHABLE_PAGE : NULL;
+	if (last - m->base >= m->len || ((addr ^ last) & PAGE_MASK))
+		return NG_UNREACHABLE_PAGE;
 	pg = ng_find_page(m, addr);
-	io = pg ? ng_window_map(pg, addr, width) : NULL;
-	if (!io)
-		return NG_UNREACHABLE;
+	if (!pg)
+		return NG_UNREACHABLE_PAGE;
 	*mp = m;
-	return io;
+	return pg;
+}
+
+static void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
+				  unsigned int width, struct ng_mapping **mp)
+{
+	struct ng_page *pg = ng_page_at(hint, addr, width, mp);
+	void __iomem *io;
+
+	if (!pg)
+		return NULL;
+	io = IS_ERR(pg) ? NULL : ng_window_map(pg, addr, width);
+	return io ?: NG_UNREACHABLE;
 }
 
 static void __iomem *ng_device(unsigned long addr, unsigned int width,
@@ -445,7 +462,7 @@ static int ng_user_writable(struct ng_emu_ctx *c, unsigned long addr, unsigned i
 static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *val)
 {
 	struct ng_emu_ctx *c = ctx;
-	struct ng_mapping *m;
+	struct ng_mapping *m, *dst;
 	void __iomem *io = ng_device_at(c->m, addr, width, &m);
 	int ret;
 
@@ -466,6 +483,10 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 		ret = ng_user_writable(c, c->regs->di, width);
 		if (ret)
 			return ret;
+	} else if (c->insn->kind == NG_KIND_MOVS &&
+		   IS_ERR(ng_page_at(c->m, c->regs->di, width, &dst))) {
+		/* the write would be stepped: so is the read, only there */
+		return -EFAULT;
 	}
 	*val = ng_io_read(io, width);
 	if (!ng_reported(m, addr, width))

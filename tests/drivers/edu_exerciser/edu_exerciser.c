@@ -903,6 +903,28 @@ static int st_straddle(struct edu_ex *ex, unsigned int count)
 }
 
 /*
+ * One movsl from the ident register to 0xffe, where the destination
+ * crosses into the second page of the same mapping: the element must be
+ * read from the device once (the write cannot go through one window).
+ * The 4 bytes at 0xffe..0x1001 are no registers: the write changes nothing.
+ */
+static int st_movs_cross(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *p = ioremap(ex->start, 2 * PAGE_SIZE);
+	void __iomem *src, *dst;
+	unsigned long n = 1;
+
+	if (!p)
+		return -ENOMEM;
+	src = p + EDU_REG_IDENT;
+	dst = p + PAGE_SIZE - 2;
+	asm volatile("rep movsl"
+		     : "+S" (src), "+D" (dst), "+c" (n) : : "memory");
+	iounmap(p);
+	return n ? -EIO : 0;
+}
+
+/*
  * A write-combining mapping of BAR0's first page, kept for COUNT rounds of
  * writel i / readl 0x04 with a millisecond or two between them, so that a test
  * can look at the memory type the kernel gave it while it lives.
@@ -1184,6 +1206,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "readl, writel at 0xffe and readq at 0xffc: across BAR0's first page" },
 	{ "nmi", st_nmi, true,
 	  "maploop COUNT on one CPU, NMIs to it reading 0x20 (and 0x24 or 0xffe)" },
+	{ "movs_cross", st_movs_cross, false,
+	  "one movsl from 0x00 to 0xffe (across the page) of a 2-page mapping" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
