@@ -303,6 +303,31 @@ int ng_filter_del(phys_addr_t start, u64 size)
 	return -ENOENT;
 }
 
+/*
+ * Drop every filter in [start, start + size), a BAR of a device that is
+ * gone: whatever gets the range next is not the device that was traced.
+ * Each is said by a NOT traced record with no address and -ENODEV.
+ * ng_mutex held.
+ */
+void ng_filters_drop(phys_addr_t start, u64 size)
+{
+	struct ng_filter *f;
+	phys_addr_t fstart;
+	u64 fsize;
+
+	lockdep_assert_held(&ng_mutex);
+again:
+	list_for_each_entry(f, &ng_filters, node) {
+		if (f->start < start + size && start < f->start + f->size) {
+			fstart = f->start;
+			fsize = f->size;
+			ng_teardown(f);
+			ng_report_map(0, fstart, fsize, -ENODEV);
+			goto again;	/* ng_teardown() took f off the list */
+		}
+	}
+}
+
 void ng_disarm_all(void)
 {
 	lockdep_assert_held(&ng_mutex);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * mmiotng: PCI devices that a driver binds to during an --all session.
+ * mmiotng: PCI devices that a driver binds to during an --all session,
+ * and devices that go away.
  *
  * With NEW_DEVICES on (mmiotrace-ng --all), every memory BAR and the ROM of
  * a PCI device that a driver is about to bind to get a filter: the bus
@@ -9,6 +10,11 @@
  * that appear while tracing (a rescan, a hot-plug) and devices whose
  * driver is loaded while tracing.  A range that cannot get a filter is
  * said: a NOT traced record with virtual address 0.
+ *
+ * In every session, a device that is removed (hot-unplug, sysfs remove)
+ * takes the filters in its BARs with it, each said by such a record with
+ * -ENODEV: its driver is unbound by then, and whatever gets the range next
+ * is another device.
  *
  * Locking in this file:
  *  - The notifier runs in process context (the device lock held, the bus
@@ -53,10 +59,25 @@ static void ng_add_device(struct pci_dev *pdev)
 		if (!ng_traceable(r))
 			continue;
 		ret = ng_filter_add(r->start, resource_size(r));
-		if (ret && ret != -EEXIST) {
+		if (ret == -EEXIST && ng_find_filter(r->start, resource_size(r)))
+			continue;	/* traced already */
+		if (ret) {
 			this_cpu_inc(ng_stats.refused);
 			ng_report_map(0, r->start, resource_size(r), ret);
 		}
+	}
+}
+
+/* The filters in the memory BARs and the ROM of pdev, which is gone. */
+static void ng_drop_device(struct pci_dev *pdev)
+{
+	int i;
+
+	for (i = 0; i <= PCI_ROM_RESOURCE; i++) {
+		const struct resource *r = &pdev->resource[i];
+
+		if (resource_type(r) == IORESOURCE_MEM && r->start && resource_size(r))
+			ng_filters_drop(r->start, resource_size(r));
 	}
 }
 
@@ -64,10 +85,12 @@ static int ng_pci_event(struct notifier_block *nb, unsigned long action, void *d
 {
 	struct device *dev = data;
 
-	if (action != BUS_NOTIFY_BIND_DRIVER)
+	if (action != BUS_NOTIFY_BIND_DRIVER && action != BUS_NOTIFY_REMOVED_DEVICE)
 		return NOTIFY_DONE;
 	mutex_lock(&ng_mutex);
-	if (ng_new_devices)
+	if (action == BUS_NOTIFY_REMOVED_DEVICE)
+		ng_drop_device(to_pci_dev(dev));
+	else if (ng_new_devices)
 		ng_add_device(to_pci_dev(dev));
 	mutex_unlock(&ng_mutex);
 	return NOTIFY_DONE;

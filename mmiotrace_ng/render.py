@@ -10,6 +10,7 @@ The output is `str`; marker text that is not UTF-8 is decoded with
 from __future__ import annotations
 
 import ctypes
+import errno
 import struct
 from collections.abc import Iterable
 from itertools import groupby, repeat
@@ -148,6 +149,7 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     # there, and an NMI cannot be single-stepped: the page was given back
     35: "an access in an NMI could not be emulated: one of its pages is "
         "not traced from here on",                           # EDEADLK
+    19: "the device was removed",                           # ENODEV
 }
 
 
@@ -157,6 +159,9 @@ def untraced_reason(err: int) -> str:
 
 def untraced_text(rec: NgRecUntraced) -> str:
     """What a MARK line (and the tracer's stderr) says of a mapping that is not traced."""
+    if not rec.virt and rec.err == -errno.ENODEV:   # a traced device went away
+        return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is NOT traced "
+                f"any more: {untraced_reason(rec.err)}")
     if not rec.virt:    # a BAR of a device bound while tracing (--all)
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} of a PCI device "
                 f"bound while tracing is NOT traced: {untraced_reason(rec.err)}")
