@@ -230,7 +230,7 @@ bool ng_overlaps_filter(phys_addr_t phys, unsigned long size);
 
 /* mmiotng_window.c */
 void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
-			    unsigned int width);
+			    const struct ng_page *pg2, unsigned int width);
 void ng_windows_reset(void);
 bool ng_overlaps_windows(unsigned long start, unsigned long len);
 int ng_windows_init(void);

@@ -19,8 +19,8 @@
  * and registering it fails while ftrace_enabled is 0 (the helper does not
  * load).
  *
- * Instructions the decoder does not know, and accesses one window cannot
- * reach (across a page), are single-stepped (mmiotng_step.c).  The
+ * Instructions the decoder does not know, and accesses the window cannot
+ * reach (across the end of a mapping), are single-stepped (mmiotng_step.c).  The
  * benchmarks' MMIOTNG_MODE_TRAP_ONLY skips instructions instead
  * (ng_trap_only).
  *
@@ -311,8 +311,9 @@ bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int widt
  * page of an armed mapping (mmiotng_window.c), and *mp is set to the
  * mapping; NULL if no byte of it is in an armed mapping (the other operand
  * of a movs: kernel or user memory); NG_UNREACHABLE if it is in one but
- * one window cannot reach it all (it crosses a page, or the mapping's end):
- * the instruction must be single-stepped.  hint, if not NULL, is looked at
+ * the window cannot reach it all (it crosses the mapping's end, or starts
+ * outside one): the instruction must be single-stepped.  An access across
+ * a page boundary inside a mapping goes through the window's two pages.  hint, if not NULL, is looked at
  * before the list of mappings.  The caller asks ng_reported() whether the
  * access is one to report.
  */
@@ -321,12 +322,14 @@ bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int widt
 #define NG_UNREACHABLE_PAGE	((struct ng_page *)ERR_PTR(-EFAULT))
 
 /*
- * The page of an armed mapping that holds all of [addr, addr + width), and
- * *mp its mapping; NULL or NG_UNREACHABLE_PAGE as ng_device_at() says.
- * No window is changed.
+ * The page of an armed mapping that holds addr, *pg2 the one that holds
+ * the last byte if [addr, addr + width) crosses into the next 4K page
+ * (else NULL), and *mp their mapping; NULL or NG_UNREACHABLE_PAGE as
+ * ng_device_at() says.  No window is changed.
  */
 static struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
-				  unsigned int width, struct ng_mapping **mp)
+				  unsigned int width, struct ng_mapping **mp,
+				  struct ng_page **pg2)
 {
 	unsigned long last = addr + width - 1;
 	struct ng_mapping *m = hint;
@@ -337,10 +340,11 @@ static struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
 	if (!m)		/* its last byte may be in one */
 		return ((addr ^ last) & PAGE_MASK) && ng_find_mapping(last) ?
 		       NG_UNREACHABLE_PAGE : NULL;
-	if (last - m->base >= m->len || ((addr ^ last) & PAGE_MASK))
+	if (last - m->base >= m->len)
 		return NG_UNREACHABLE_PAGE;
 	pg = ng_find_page(m, addr);
-	if (!pg)
+	*pg2 = (addr ^ last) & PAGE_MASK ? ng_find_page(m, last) : NULL;
+	if (!pg || (((addr ^ last) & PAGE_MASK) && !*pg2))
 		return NG_UNREACHABLE_PAGE;
 	*mp = m;
 	return pg;
@@ -349,12 +353,12 @@ static struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
 static void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
 				  unsigned int width, struct ng_mapping **mp)
 {
-	struct ng_page *pg = ng_page_at(hint, addr, width, mp);
+	struct ng_page *pg2, *pg = ng_page_at(hint, addr, width, mp, &pg2);
 	void __iomem *io;
 
 	if (!pg)
 		return NULL;
-	io = IS_ERR(pg) ? NULL : ng_window_map(pg, addr, width);
+	io = IS_ERR(pg) ? NULL : ng_window_map(pg, addr, pg2, width);
 	return io ?: NG_UNREACHABLE;
 }
 
@@ -463,6 +467,7 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m, *dst;
+	struct ng_page *dst_pg2;
 	void __iomem *io = ng_device_at(c->m, addr, width, &m);
 	int ret;
 
@@ -484,7 +489,7 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 		if (ret)
 			return ret;
 	} else if (c->insn->kind == NG_KIND_MOVS &&
-		   IS_ERR(ng_page_at(c->m, c->regs->di, width, &dst))) {
+		   IS_ERR(ng_page_at(c->m, c->regs->di, width, &dst, &dst_pg2))) {
 		/* the write would be stepped: so is the read, only there */
 		return -EFAULT;
 	}
@@ -790,7 +795,7 @@ enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
 
 /*
  * What an NMI-like context cannot emulate (an instruction the decoder does
- * not know, an access across a page or to two traced pages) cannot be
+ * not know, an access across a mapping's end) cannot be
  * single-stepped there either (mmiotng_step.c), nor can a context that
  * re-entered the fault path at its own level (a probe on the helper's own
  * code, with a window and a lock section of its own level in use), nor one

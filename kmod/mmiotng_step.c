@@ -274,7 +274,8 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 
 /*
  * The stepped instruction faulted on another armed page (a movs between
- * two traced pages, an access across a page boundary): let it through too.
+ * two traced pages, an instruction the decoder does not know across a page
+ * boundary): let it through too.
  * Fault path.
  */
 void ng_step_more(struct ng_mapping *m, unsigned long addr)

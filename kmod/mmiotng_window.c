@@ -3,9 +3,12 @@
  * mmiotng: the windows the fault path reaches the device through.
  *
  * An emulated access (and a single-step against a moved register) goes to
- * the device through a one-page window of the CPU that emulates: the
- * window's page-table entry is the armed entry itself (the frame and the
- * memory type the driver's mapping has: UC-, WC, WT, ...), made present.
+ * the device through a window of the CPU that emulates: the window's
+ * page-table entry is the armed entry itself (the frame and the memory
+ * type the driver's mapping has: UC-, WC, WT, ...), made present.  A
+ * window is two pages: an access across a page boundary (a readl at
+ * 0xffe) goes through both, the second showing the next device page, so
+ * it is emulated like any other and no device page is made present.
  * Nothing is ioremapped for tracing, so no memory type is reserved and a
  * driver's own ioremap_wc() or memremap() of a traced BAR keeps its type;
  * and every access is made with the type the driver asked for.
@@ -38,12 +41,13 @@
 #include "ng_window_tlb.h"
 
 #define NG_WINDOWS	NG_LEVELS	/* per CPU: one per nesting level */
+#define NG_WINDOW_PAGES	2		/* the second for an access across a page */
 
 struct ng_window {
 	unsigned long va;
-	pte_t *ptep;
-	pteval_t orig;		/* the entry vmalloc gave it */
-	struct ng_window_tlb tlb;	/* the entry it has now, and where */
+	pte_t *ptep[NG_WINDOW_PAGES];
+	pteval_t orig[NG_WINDOW_PAGES];		/* the entries vmalloc gave it */
+	struct ng_window_tlb tlb[NG_WINDOW_PAGES];	/* the entries now, and where */
 };
 
 static DEFINE_PER_CPU(struct ng_window [NG_WINDOWS], ng_windows);
@@ -90,27 +94,40 @@ static pteval_t ng_window_entry(const struct ng_page *pg, unsigned long addr)
 	return frame | flags | _PAGE_PRESENT;
 }
 
+/* Make page i of window w show entry, for an access under pcid. */
+static void ng_window_show(struct ng_window *w, unsigned int i, pteval_t entry,
+			   unsigned long pcid)
+{
+	unsigned int act = ng_window_tlb_use(&w->tlb[i], entry, pcid);
+
+	if (act & NG_WTLB_SET)
+		set_pte_atomic(w->ptep[i], __pte(entry));
+	if (act & NG_WTLB_FLUSH)
+		ng_invlpg(w->va + i * PAGE_SIZE);
+}
+
 /*
  * The address of addr (an address in page pg of an armed mapping) in this
- * CPU's window, for width bytes that must not cross the page; NULL if they
- * do.  Interrupts off; valid until this CPU's next call in the same context.
+ * CPU's window, for width bytes; if they cross into the next 4K page, pg2
+ * is the armed page that holds it (pg itself inside a 2M page), and NULL
+ * is returned without it.  Interrupts off; valid until this CPU's next
+ * call in the same context.
  */
 void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
-			    unsigned int width)
+			    const struct ng_page *pg2, unsigned int width)
 {
-	unsigned int act, level = ng_level();
+	unsigned long next = (addr & PAGE_MASK) + PAGE_SIZE, pcid;
+	unsigned int level = ng_level();
+	bool across = addr + width > next;
 	struct ng_window *w;
-	pteval_t entry;
 
-	if ((addr & ~PAGE_MASK) + width > PAGE_SIZE || level >= NG_WINDOWS)
+	if (width > PAGE_SIZE || (across && !pg2) || level >= NG_WINDOWS)
 		return NULL;
 	w = &this_cpu_ptr(ng_windows)[level];
-	entry = ng_window_entry(pg, addr);
-	act = ng_window_tlb_use(&w->tlb, entry, ng_cur_pcid());
-	if (act & NG_WTLB_SET)
-		set_pte_atomic(w->ptep, __pte(entry));
-	if (act & NG_WTLB_FLUSH)
-		ng_invlpg(w->va);
+	pcid = ng_cur_pcid();
+	ng_window_show(w, 0, ng_window_entry(pg, addr), pcid);
+	if (across)
+		ng_window_show(w, 1, ng_window_entry(pg2, next), pcid);
 	if (unlikely(test_window_hold_us))
 		udelay(min(test_window_hold_us, 1000U));
 	return (void __iomem *)(w->va + (addr & ~PAGE_MASK));
@@ -123,7 +140,7 @@ void __iomem *ng_window_map(const struct ng_page *pg, unsigned long addr,
 bool ng_overlaps_windows(unsigned long start, unsigned long len)
 {
 	unsigned long first = (unsigned long)ng_window_area;
-	unsigned long size = NG_WINDOWS * num_possible_cpus() * PAGE_SIZE;
+	unsigned long size = NG_WINDOWS * NG_WINDOW_PAGES * num_possible_cpus() * PAGE_SIZE;
 
 	return start < first + size && first < start + len;
 }
@@ -132,17 +149,19 @@ bool ng_overlaps_windows(unsigned long start, unsigned long len)
 void ng_windows_reset(void)
 {
 	bool changed = false;
-	int cpu, i;
+	int cpu, i, j;
 
 	for_each_possible_cpu(cpu) {
 		struct ng_window *w = per_cpu_ptr(ng_windows, cpu);
 
 		for (i = 0; i < NG_WINDOWS; i++) {
-			if (w[i].tlb.cur == w[i].orig)
-				continue;
-			set_pte_atomic(w[i].ptep, __pte(w[i].orig));
-			w[i].tlb.cur = w[i].orig;
-			changed = true;
+			for (j = 0; j < NG_WINDOW_PAGES; j++) {
+				if (w[i].tlb[j].cur == w[i].orig[j])
+					continue;
+				set_pte_atomic(w[i].ptep[j], __pte(w[i].orig[j]));
+				w[i].tlb[j].cur = w[i].orig[j];
+				changed = true;
+			}
 		}
 	}
 	if (changed)
@@ -152,23 +171,25 @@ void ng_windows_reset(void)
 int ng_windows_init(void)
 {
 	unsigned int level, n = 0;
-	int cpu, i;
+	int cpu, i, j;
 
-	ng_window_area = vmalloc(NG_WINDOWS * num_possible_cpus() * PAGE_SIZE);
+	ng_window_area = vmalloc(NG_WINDOWS * NG_WINDOW_PAGES * num_possible_cpus() * PAGE_SIZE);
 	if (!ng_window_area)
 		return -ENOMEM;
 	for_each_possible_cpu(cpu) {
 		struct ng_window *w = per_cpu_ptr(ng_windows, cpu);
 
-		for (i = 0; i < NG_WINDOWS; i++, n++) {
+		for (i = 0; i < NG_WINDOWS; i++) {
 			w[i].va = (unsigned long)ng_window_area + n * PAGE_SIZE;
-			w[i].ptep = lookup_address(w[i].va, &level);
-			if (!w[i].ptep || level != PG_LEVEL_4K) {
-				vfree(ng_window_area);
-				return -EFAULT;
+			for (j = 0; j < NG_WINDOW_PAGES; j++, n++) {
+				w[i].ptep[j] = lookup_address(w[i].va + j * PAGE_SIZE, &level);
+				if (!w[i].ptep[j] || level != PG_LEVEL_4K) {
+					vfree(ng_window_area);
+					return -EFAULT;
+				}
+				w[i].orig[j] = pte_val(*w[i].ptep[j]);
+				w[i].tlb[j].cur = w[i].orig[j];	/* first use: SET */
 			}
-			w[i].orig = pte_val(*w[i].ptep);
-			w[i].tlb.cur = w[i].orig;	/* first use: SET */
 		}
 	}
 	return 0;

@@ -113,7 +113,7 @@ def test_stress_file_lists_the_new_scenarios(exerciser):
     names = [ln.split()[0] for ln in STRESS.read_text().splitlines() if ln.strip()]
     assert names == ["stride", "maploop", "maploop2", "kprobe_read", "window16", "straddle",
                      "wc_loop", "watch_write", "watch_read", "pagecross", "nmi",
-                     "movs_cross"]
+                     "crossirq", "movs_cross"]
     assert not set(names) & set(exerciser.scenarios())
     stress("stride 3")
     stress("maploop 100")
@@ -481,10 +481,10 @@ def pagecross_values() -> tuple[int, int]:
 @pytest.mark.parametrize("mode", ["emulate", "singlestep"])
 def test_movs_to_a_destination_across_a_page_reads_the_device_once(exerciser, mode):
     """Item 9: a movsl from the BAR to an armed destination that crosses a
-    page (which one window cannot reach: the instruction is stepped) reads
-    its element from the device once, in the step: the element is not read
-    by the emulation first.  One record, the step's UNKNOWN (f3 a5), as in
-    --singlestep, where every access is stepped."""
+    page reads its element from the device once.  Emulated, through the
+    two-page window: the read, then the write.  Under --singlestep (two
+    traced operands: stepped with the pages present): one record, the
+    step's UNKNOWN (f3 a5), and no read by an emulation before it."""
     ensure_helper()
     args = ["--singlestep"] if mode == "singlestep" else []
     t = NgTracer(["--pci", exerciser.dev.name, *args], f"ng-movs-cross-{mode}").start()
@@ -493,17 +493,21 @@ def test_movs_to_a_destination_across_a_page_reads_the_device_once(exerciser, mo
     finally:
         assert t.stop() == 0
     recs = [r for r in to_records(text, exerciser.bar0[0]) if r[0] in ("R", "W", "UNKNOWN")]
-    assert len(recs) == 1 and recs[0][:2] == ("UNKNOWN", 0x00), text
-    assert recs[0][2][:2] == (0xF3, 0xA5), text
+    if mode == "emulate":
+        assert recs == [("R", 4, 0x00, IDENT), ("W", 4, 0xFFE, IDENT)], text
+    else:
+        assert len(recs) == 1 and recs[0][:2] == ("UNKNOWN", 0x00), text
+        assert recs[0][2][:2] == (0xF3, 0xA5), text
 
 
-def test_accesses_across_a_page_are_stepped_and_traced(exerciser):
-    """An access one window cannot reach (readl/writel at 0xffe, readq at
-    0xffc: across BAR0's first page) is single-stepped with both pages
-    present, traced with the value the driver got, and leaves nothing armed
-    (it used to re-enter the fault handler without end)."""
+def test_accesses_across_a_page_are_emulated_and_traced(exerciser):
+    """An access across BAR0's first page (readl/writel at 0xffe, readq at
+    0xffc) is emulated through the two-page window, not single-stepped,
+    traced with the value the driver got, and leaves nothing armed (it
+    used to re-enter the fault handler without end)."""
     ensure_helper()
     untraced = pagecross_values()
+    stepped = helper_status()["singlestepped"]
     t = NgTracer(["--pci", exerciser.dev.name], "ng-pagecross").start()
     try:
         traced = []
@@ -517,7 +521,36 @@ def test_accesses_across_a_page_are_stepped_and_traced(exerciser):
                     ("R", 8, 0xFFC, readq)], text
     st = helper_status()
     assert st["armed_pages"] == 0 and st["mappings"] == 0, st
+    assert st["singlestepped"] == stepped, st
     exerciser.run("readl")
+
+
+CROSSIRQ_ROUNDS = 50
+
+
+def test_an_access_across_a_page_leaves_other_cpus_trapping(exerciser):
+    """Item 7: a readq across BAR0's first two pages inside a 1 ms section
+    with interrupts off, 50 times, while the next CPU reads 0x20 in a loop:
+    every read of the other CPU is traced (a page made present for the
+    readq stays present for other CPUs until interrupts are on again), and
+    each readq is traced with its value."""
+    ensure_helper()
+    base = exerciser.bar0[0]
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-crossirq").start()
+    try:
+        text = t.section(lambda: stress(f"crossirq {CROSSIRQ_ROUNDS}"))
+    finally:
+        assert t.stop() == 0
+    assert not re.search(r"^MARK .*Lost \d+ events", text, re.M), "events lost"
+    reads = dbg("crossirq_reads")
+    recs = to_records(text, base)
+    status_reads = [r for r in recs if r[:3] == ("R", 4, 0x20)]
+    readqs = [r for r in recs if r[:3] == ("R", 8, 0xFFC)]
+    print(f"{reads} reads of 0x20 made, {len(status_reads)} traced")
+    assert len(readqs) == CROSSIRQ_ROUNDS, text[-3000:]
+    assert reads > CROSSIRQ_ROUNDS
+    assert len(status_reads) == reads, f"{reads - len(status_reads)} reads of 0x20 not traced"
+    assert set(status_reads) == {("R", 4, 0x20, 0)}
 
 
 # ---- item 8: rmmod with trace_marker writes in flight ---------------------
@@ -982,7 +1015,7 @@ def test_mmio_in_nmis_during_traced_accesses_is_traced(exerciser, mode):
     lost (the BPF program does not run where it interrupted itself)."""
     ensure_helper()
     base = exerciser.bar0[0]
-    (EXERCISER_DEBUGFS / "nmi_cross").write_text("0\n")
+    (EXERCISER_DEBUGFS / "nmi_unknown").write_text("0\n")
     t = NgTracer(["--pci", exerciser.dev.name, *mode], "ng-nmi").start()
     try:
         text = t.section(lambda: stress(f"nmi {NMI_ROUNDS}"))
@@ -999,29 +1032,29 @@ def test_mmio_in_nmis_during_traced_accesses_is_traced(exerciser, mode):
 
 
 def test_mmio_in_an_nmi_that_cannot_be_emulated_gives_its_page_up(exerciser):
-    """An NMI handler that reads 4 bytes across BAR0's first two pages (an
-    access one window cannot reach, which elsewhere is single-stepped; an
-    NMI is never stepped): its page is given back for good and the trace
+    """An NMI handler that tests 0x00 with a testl (an instruction the
+    decoder does not know, which elsewhere is single-stepped; an NMI is
+    never stepped): its page is given back for good and the trace
     says so, nothing hangs, the loop's own mapping stays traced and the
     helper unloads."""
     ensure_helper()
     base = exerciser.bar0[0]
-    (EXERCISER_DEBUGFS / "nmi_cross").write_text("1\n")
+    (EXERCISER_DEBUGFS / "nmi_unknown").write_text("1\n")
     try:
-        t = NgTracer(["--pci", exerciser.dev.name], "ng-nmi-cross").start()
+        t = NgTracer(["--pci", exerciser.dev.name], "ng-nmi-unknown").start()
         try:
             text = t.section(lambda: stress("nmi 300"))
         finally:
             assert t.stop() == 0
     finally:
-        (EXERCISER_DEBUGFS / "nmi_cross").write_text("0\n")
+        (EXERCISER_DEBUGFS / "nmi_unknown").write_text("0\n")
     said = re.findall(r"^MARK .* is NOT traced: an access in an NMI could not be emulated",
                       text, re.M)
     recs = to_records(text, base)
     print(f"{dbg('nmi_reads')} NMIs; said {len(said)} times")
     assert dbg("nmi_second") > 0
     assert len(said) >= 1
-    assert [r for r in recs if r[:3] == ("R", 4, 0xFFE)] == []
+    assert [r for r in recs if r[0] == "UNKNOWN"] == []
     assert [r for r in recs if r[:3] == ("R", 4, 0)] == [("R", 4, 0, IDENT)] * 300
     subprocess.run(["rmmod", "mmiotng"], check=True)
     ensure_helper()

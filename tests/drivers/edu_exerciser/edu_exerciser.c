@@ -21,7 +21,8 @@
  *   stride_flush (rw): nonzero: stride flushes its CPU's TLB every round
  *   errors: wrong values seen so far by the running (or last) scenario
  *   nmi_reads, nmi_second: the reads the last "nmi" run made in NMIs
- *   nmi_cross (rw): nonzero: "nmi"'s second read is across pages
+ *   nmi_unknown (rw): nonzero: "nmi"'s second access is a testl of 0x00
+ *   crossirq_reads: the reads the other CPU made in the last "crossirq"
  *
  * The write returns once the scenario has finished: the number of bytes
  * written on success, -EINVAL for an unknown name or a bad COUNT, -EIO when a
@@ -122,7 +123,8 @@ struct edu_ex {
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
 	u32 nmi_reads;		/* "nmi": readl 0x20 made in NMI handlers */
 	u32 nmi_second;		/* "nmi": of them, followed by a second read */
-	u32 nmi_cross;		/* "nmi": the second read is at 0xffe, not 0x24 */
+	u32 nmi_unknown;	/* "nmi": the second access is a testl of 0x00 */
+	u32 crossirq_reads;	/* "crossirq": reads of the other CPU */
 	void __iomem *held;	/* the mapping of "hold", or NULL; lock */
 	unsigned long held_last;	/* where "unmap" unmapped it, or 0; lock */
 };
@@ -1017,8 +1019,8 @@ static int st_pagecross(struct edu_ex *ex, unsigned int count)
  * the handler ran), a fraction of a millisecond apart.  The handler reads
  * the status register (0x20) through a mapping of BAR0 made before, and
  * every second time also the irq status register (0x24), or with
- * nmi_cross set the 4 bytes at 0xffe, across the first two pages (an
- * access a tracer cannot emulate through one page).
+ * nmi_unknown set tests the ident register with a testl (an instruction
+ * a tracer's decoder may not know).
  */
 struct edu_nmi {
 	struct edu_ex *ex;
@@ -1027,7 +1029,7 @@ struct edu_nmi {
 	u32 sent;		/* NMIs sent ... */
 	u32 done;		/* ... and handled */
 	u32 second;		/* second reads */
-	bool cross;		/* the second read is at 0xffe */
+	bool unknown;		/* the second access is a testl of 0x00 */
 	u32 bad;		/* wrong status values */
 	struct completion loop_done, send_done;
 	unsigned int count;
@@ -1046,11 +1048,10 @@ static int edu_nmi_handler(unsigned int type, struct pt_regs *regs)
 	if (readl(n->base + EDU_REG_STATUS) != 0)
 		n->bad++;
 	if (n->done & 1) {
-		if (!n->cross && readl(n->base + EDU_REG_IRQ_STATUS) != 0)
+		if (!n->unknown && readl(n->base + EDU_REG_IRQ_STATUS) != 0)
 			n->bad++;
-		/* whatever the device returns there: only the record counts */
-		if (n->cross)
-			(void)readl(n->base + EDU_SPARE_PAGE - 2);
+		if (n->unknown && !edu_test_ident(n->base))
+			n->bad++;
 		n->second++;
 	}
 	/* pairs with the sender's acquire: this NMI's counts are seen first */
@@ -1123,7 +1124,7 @@ static int st_nmi(struct edu_ex *ex, unsigned int count)
 		return -ENOMEM;
 	n->ex = ex;
 	n->count = count;
-	n->cross = READ_ONCE(ex->nmi_cross);
+	n->unknown = READ_ONCE(ex->nmi_unknown);
 	init_completion(&n->loop_done);
 	init_completion(&n->send_done);
 	n->base = edu_map(ex);
@@ -1183,6 +1184,113 @@ out_unmap:
 	return ret ? ret : edu_result(ex);
 }
 
+/*
+ * "crossirq": a thread does COUNT readq of 0xffc (across BAR0's first two
+ * pages), each in a 1 ms section with interrupts off, while a thread on
+ * the next CPU reads the status register (0x20) in a loop until the first
+ * is done, and counts its reads (crossirq_reads): a tracer that made the
+ * two pages present for the readq would miss reads of the other CPU.
+ */
+struct edu_crossirq {
+	void __iomem *base;
+	unsigned int count;
+	bool done;
+	u32 reads;
+	u32 bad;
+	struct completion irqoff_done, hammer_done;
+};
+
+static int edu_crossirq_irqoff_fn(void *data)
+{
+	struct edu_crossirq *c = data;
+	unsigned long flags;
+	unsigned int i;
+
+	for (i = 0; i < c->count; i++) {
+		local_irq_save(flags);
+		(void)readq(c->base + EDU_SPARE_PAGE - 4);
+		mdelay(1);
+		local_irq_restore(flags);
+		cond_resched();
+	}
+	WRITE_ONCE(c->done, true);
+	complete(&c->irqoff_done);
+	return 0;
+}
+
+static int edu_crossirq_hammer_fn(void *data)
+{
+	struct edu_crossirq *c = data;
+
+	while (!READ_ONCE(c->done)) {
+		if (readl(c->base + EDU_REG_STATUS) != 0)
+			c->bad++;
+		if (!(++c->reads & 63))
+			cond_resched();
+	}
+	complete(&c->hammer_done);
+	return 0;
+}
+
+static int st_crossirq(struct edu_ex *ex, unsigned int count)
+{
+	struct task_struct *irqoff, *hammer;
+	struct edu_crossirq *c;
+	int ret = 0, cpu, other;
+
+	c = kzalloc(sizeof(*c), GFP_KERNEL);
+	if (!c)
+		return -ENOMEM;
+	c->count = count;
+	init_completion(&c->irqoff_done);
+	init_completion(&c->hammer_done);
+	c->base = edu_map(ex);
+	if (!c->base) {
+		kfree(c);
+		return -ENOMEM;
+	}
+	irqoff = kthread_create(edu_crossirq_irqoff_fn, c, "edu_cross_irqoff");
+	if (IS_ERR(irqoff)) {
+		ret = PTR_ERR(irqoff);
+		goto out;
+	}
+	get_task_struct(irqoff);
+	hammer = kthread_create(edu_crossirq_hammer_fn, c, "edu_cross_hammer");
+	if (IS_ERR(hammer)) {
+		ret = PTR_ERR(hammer);
+		/* never woken: it exits without running */
+		kthread_stop(irqoff);
+		put_task_struct(irqoff);
+		goto out;
+	}
+	get_task_struct(hammer);
+	cpus_read_lock();
+	cpu = cpumask_first(cpu_online_mask);
+	other = cpumask_next(cpu, cpu_online_mask);
+	if (other >= nr_cpu_ids)
+		other = cpu;
+	kthread_bind(irqoff, cpu);
+	kthread_bind(hammer, other);
+	wake_up_process(irqoff);
+	wake_up_process(hammer);
+	wait_for_completion(&c->irqoff_done);
+	wait_for_completion(&c->hammer_done);
+	cpus_read_unlock();
+	kthread_stop(irqoff);
+	kthread_stop(hammer);
+	put_task_struct(irqoff);
+	put_task_struct(hammer);
+	ex->crossirq_reads = c->reads;
+	if (c->bad) {
+		pr_err("crossirq: %u wrong status values\n", c->bad);
+		ex->errors++;
+	}
+out:
+	edu_unmap(ex, c->base);
+	kfree(c);
+	return ret ? ret : edu_result(ex);
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -1206,6 +1314,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "readl, writel at 0xffe and readq at 0xffc: across BAR0's first page" },
 	{ "nmi", st_nmi, true,
 	  "maploop COUNT on one CPU, NMIs to it reading 0x20 (and 0x24 or 0xffe)" },
+	{ "crossirq", st_crossirq, true,
+	  "COUNT readq of 0xffc, irqs off 1 ms each; the next CPU reads 0x20 meanwhile" },
 	{ "movs_cross", st_movs_cross, false,
 	  "one movsl from 0x00 to 0xffe (across the page) of a 2-page mapping" },
 };
@@ -1739,7 +1849,8 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	debugfs_create_u32("memset_bytes", 0444, ex->dir, &ex->memset_bytes);
 	debugfs_create_u32("nmi_reads", 0444, ex->dir, &ex->nmi_reads);
 	debugfs_create_u32("nmi_second", 0444, ex->dir, &ex->nmi_second);
-	debugfs_create_u32("nmi_cross", 0600, ex->dir, &ex->nmi_cross);
+	debugfs_create_u32("nmi_unknown", 0600, ex->dir, &ex->nmi_unknown);
+	debugfs_create_u32("crossirq_reads", 0444, ex->dir, &ex->crossirq_reads);
 
 	pci_set_drvdata(pdev, ex);
 	dev_info(&pdev->dev, "BAR0 %pa, %llu bytes\n", &ex->start,
