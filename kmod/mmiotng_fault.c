@@ -306,19 +306,7 @@ bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int widt
 	return phys >= f->start && phys + width <= f->start + f->size;
 }
 
-/*
- * Where the access [addr, addr + width) is made: this CPU's window onto the
- * page of an armed mapping (mmiotng_window.c), and *mp is set to the
- * mapping; NULL if no byte of it is in an armed mapping (the other operand
- * of a movs: kernel or user memory); NG_UNREACHABLE if it is in one but
- * the window cannot reach it all (it crosses the mapping's end, or starts
- * outside one): the instruction must be single-stepped.  An access across
- * a page boundary inside a mapping goes through the window's two pages.  hint, if not NULL, is looked at
- * before the list of mappings.  The caller asks ng_reported() whether the
- * access is one to report.
- */
 #define NG_UNREACHABLE	IOMEM_ERR_PTR(-EFAULT)
-
 #define NG_UNREACHABLE_PAGE	((struct ng_page *)ERR_PTR(-EFAULT))
 
 /*
@@ -335,6 +323,7 @@ static struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
 	struct ng_mapping *m = hint;
 	struct ng_page *pg;
 
+	*pg2 = NULL;
 	if (!m || addr < m->base || addr - m->base >= m->len)
 		m = ng_find_mapping(addr);
 	if (!m)		/* its last byte may be in one */
@@ -350,6 +339,17 @@ static struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
 	return pg;
 }
 
+/*
+ * Where the access [addr, addr + width) is made: this CPU's window onto the
+ * page of an armed mapping (mmiotng_window.c), and *mp is set to the
+ * mapping; NULL if no byte of it is in an armed mapping (the other operand
+ * of a movs: kernel or user memory); NG_UNREACHABLE if it is in one but
+ * the window cannot reach it all (it crosses the mapping's end, or starts
+ * outside one): the instruction must be single-stepped.  An access across
+ * a page boundary inside a mapping goes through the window's two pages.
+ * hint, if not NULL, is looked at before the list of mappings.  The caller
+ * asks ng_reported() whether the access is one to report.
+ */
 static void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
 				  unsigned int width, struct ng_mapping **mp)
 {

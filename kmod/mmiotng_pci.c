@@ -17,8 +17,9 @@
  * is another device.
  *
  * Locking in this file:
- *  - The notifier runs in process context (the device lock held, the bus
- *    notifier chain read-locked) and takes ng_mutex; ng_new_devices is
+ *  - The notifier runs in process context (the bus notifier chain
+ *    read-locked; at bind the device lock held, at removal the PCI
+ *    rescan/remove lock) and takes ng_mutex; ng_new_devices is
  *    read and written under ng_mutex only.  Nothing holding ng_mutex waits
  *    for a device lock or the notifier chain, so this cannot deadlock.
  *  - Module exit unregisters the notifier (which waits for a running one)
@@ -76,7 +77,7 @@ static void ng_drop_device(struct pci_dev *pdev)
 	for (i = 0; i <= PCI_ROM_RESOURCE; i++) {
 		const struct resource *r = &pdev->resource[i];
 
-		if (resource_type(r) == IORESOURCE_MEM && r->start && resource_size(r))
+		if (ng_traceable(r))
 			ng_filters_drop(r->start, resource_size(r));
 	}
 }

@@ -64,10 +64,10 @@ static unsigned long ng_unmap_slot[NG_UNMAP_SLOTS];	/* ng_lock */
 static unsigned int ng_unmap_overflow;			/* ng_lock */
 
 /*
- * Whether a page of [base, base + len) may be being unmapped.  The probe
- * does not know the area an iounmap frees: iounmap() frees the whole area
- * that holds the address it is given, its start or not.  So a mark covers
- * the largest mapping the helper arms on either side.  ng_lock held.
+ * Whether the area [base, base + len), a whole ioremap area
+ * (ng_whole_area), may be being unmapped: iounmap() frees the area that
+ * holds the address it is given, its start or not, or whose guard page
+ * (base + len) it is.  ng_lock held.
  */
 bool ng_unmap_in_flight(unsigned long base, unsigned long len)
 {
@@ -79,7 +79,7 @@ bool ng_unmap_in_flight(unsigned long base, unsigned long len)
 	for (i = 0; i < NG_UNMAP_SLOTS; i++) {
 		unsigned long a = ng_unmap_slot[i];
 
-		if (a && a - NG_MAX_FILTER_SIZE < base + len && a + NG_MAX_FILTER_SIZE > base)
+		if (a && a - base <= len)
 			return true;
 	}
 	return false;

@@ -191,8 +191,8 @@ static bool ng_step_redirect(struct ng_step *s, struct pt_regs *regs,
 	if (insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS) {
 		/*
 		 * With user memory on the other side the step runs with page
-		 * faults off (ng_step_start): a window holds only one page, and
-		 * the user side is stepped against the device page made present.
+		 * faults off (ng_step_start): the user side is stepped against
+		 * the device page made present.
 		 */
 		if (regs->di < TASK_SIZE_MAX ||
 		    (insn->kind == NG_KIND_MOVS && regs->si < TASK_SIZE_MAX))

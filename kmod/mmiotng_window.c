@@ -24,7 +24,10 @@
  *    than last time (ng_window_tlb.h says why).
  *  - ng_windows_reset() runs in process context after a grace period in
  *    which no CPU can be emulating (ng_teardown): it puts every window's
- *    original entry back, so that no device page stays mapped.
+ *    original entry back, so that no device page stays mapped.  It runs
+ *    when the session's last filter goes; until then a window may keep
+ *    showing a page of a filter that went (a device removed meanwhile),
+ *    with the memory type its driver had (UC- for an ioremap()).
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
