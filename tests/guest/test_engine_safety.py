@@ -38,7 +38,9 @@ IDENT = 0x010000ED
 PAGE = 4096
 HPET = 0xFED00000
 FOREVER = 100_000_000          # a COUNT that outlasts any test: stopped by SIGKILL
-REALTIME = Path("/sys/kernel/realtime").exists()     # a PREEMPT_RT kernel
+# a PREEMPT_RT kernel: the RT patches' sysfs file, or (mainline RT, 6.12 on,
+# which has no such file) the kernel's version string
+REALTIME = Path("/sys/kernel/realtime").exists() or "PREEMPT_RT" in os.uname().version
 # each race loop on two CPUs: tens of thousands of rounds under TCG
 RACE_SECONDS = stress_length(20.0)
 
