@@ -83,7 +83,8 @@ def test_small_bar_driver_matches_kernel(driver):
     accesses of another task (sdhci's card-detect work, an interrupt thread
     on PREEMPT_RT) can come at another point among the probe's: then each
     task's accesses must be the kernel's in the kernel's order, and the
-    kernel's sequence an interleaving of them."""
+    kernel's sequence an interleaving of them (of those of the tasks that
+    wrote, if the reads of a task that only read differ in number)."""
     dev = device(driver)
     start, size = dev.bars[0]
     subprocess.run(["rmmod", driver], capture_output=True)
@@ -103,7 +104,13 @@ def test_small_bar_driver_matches_kernel(driver):
         print("the kernel's:", k)
         for pid, recs in tasks.items():
             print(f"task {pid}:", recs)
-        assert len(tasks) > 1 and interleaves(k, list(tasks.values())), (o, k)
+        # a task that only read (an interrupt thread, a card-detect poll)
+        # polls as often as the timing makes it: its reads may be more or
+        # fewer than in the kernel's run on one CPU
+        readers = [p for p, v in tasks.items() if all(r[0] == "R" for r in v)]
+        assert len(tasks) > 1 and any(
+            interleaves(k, [v for p, v in tasks.items() if p not in drop])
+            for drop in ([], readers)), (o, k)
     assert "NOT traced" not in t.text()
     st = helper_status()
     assert st["armed_pages"] == 0 and st["filters"] == 0, st
