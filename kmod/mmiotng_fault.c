@@ -54,7 +54,6 @@
 #include <linux/io.h>
 #include <linux/kprobes.h>
 #include <linux/kallsyms.h>
-#include <linux/delay.h>
 #include <linux/mm.h>
 #include <linux/pagemap.h>
 #include <linux/sched.h>
@@ -581,7 +580,6 @@ struct ng_user_page {
 };
 
 static DEFINE_PER_CPU(struct ng_user_page, ng_user_page);
-static atomic_t ng_user_inflight = ATOMIC_INIT(0);
 
 /* Emulate the faulting instruction. */
 static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mapping *m,
@@ -661,6 +659,15 @@ static bool ng_user_operand_missing(const struct ng_insn *insn, const struct pt_
 	u->len = insn->mem_width;
 	u->write = write;
 	return true;
+}
+
+/* No fault-in for this task's instruction: step it next time, at ip. */
+static void ng_step_next(const struct pt_regs *regs)
+{
+	struct ng_user_page *u = this_cpu_ptr(&ng_user_page);
+
+	u->step_task = current;
+	u->step_ip = regs->ip;
 }
 
 /* The fault-in for this task's instruction failed before: step it now. */
@@ -901,9 +908,17 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
 	goto out;
 fault_in:
-	/* ng_fault_user() runs next, on this CPU, in the faulting context */
-	atomic_inc(&ng_user_inflight);
-	res = NG_FAULT_IN_USER;
+	/*
+	 * ng_fault_user() runs next, on this CPU, in the faulting context,
+	 * and may wait there without bound (a page of a FUSE file, or one
+	 * userfaultfd serves): it holds a reference to the module, which
+	 * makes rmmod fail meanwhile rather than wait in ng_fault_exit().
+	 * None while the module is going: step it, as if the fault-in failed.
+	 */
+	if (try_module_get(THIS_MODULE))
+		res = NG_FAULT_IN_USER;
+	else
+		ng_step_next(regs);
 out:
 	this_cpu_dec(ng_fault_depth);
 	this_cpu_and(ng_levels_busy, ~BIT(level));
@@ -943,12 +958,14 @@ static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_cod
 		left = write ? fault_in_writeable(uaddr, len) : fault_in_readable(uaddr, len);
 		local_irq_disable();
 	}
-	if (left) {
-		u = this_cpu_ptr(&ng_user_page);
-		u->step_task = current;
-		u->step_ip = regs->ip;
-	}
-	atomic_dec(&ng_user_inflight);
+	if (left)
+		ng_step_next(regs);
+	/*
+	 * ng_fault()'s reference.  Interrupts stay off from here to the
+	 * return into the kernel's fault path: ng_fault_exit()'s grace period
+	 * waits for this CPU to leave the module's code.
+	 */
+	module_put(THIS_MODULE);
 }
 
 static void notrace ng_fault_ftrace(unsigned long ip, unsigned long parent_ip,
@@ -1057,9 +1074,10 @@ int ng_fault_init(void)
 void ng_fault_exit(void)
 {
 	ng_ftrace_unhook(&ng_fault_ops);
-	/* a task may be faulting a user page in, in ng_fault_user() */
-	while (atomic_read(&ng_user_inflight))
-		usleep_range(1000, 2000);
-	/* a CPU may still be in ng_fault_done/_user(), interrupts off */
+	/*
+	 * No task is in ng_fault_user()'s fault-in (it holds a reference to
+	 * the module); a CPU may still be in ng_fault_done/_user() after it,
+	 * interrupts off.
+	 */
 	synchronize_rcu();
 }

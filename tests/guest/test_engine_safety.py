@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXERCISER_DEBUGFS, stress_length
-from held import ensure_helper
+from held import ensure_helper, rmmod_helper
 from kernel_tracer import to_records
 from ng_tracer import MARKER, REPO, NgTracer, helper_status
 from test_reliability import PY
@@ -889,6 +889,102 @@ def test_copy_to_user_that_may_sleep_is_never_stepped_asleep(exerciser, mode,
     # the session's end waited for no step: the helper unloads
     subprocess.run(["rmmod", "mmiotng"], check=True, timeout=120)
     assert not Path("/sys/module/mmiotng").exists()
+    ensure_helper()
+
+
+# ---- a copy that waits without bound for its user page ----------------------
+
+NR_USERFAULTFD = 323            # x86_64
+UFFD_API = 0xAA
+UFFDIO_API = 0xC018AA3F         # _IOWR(0xAA, 0x3F, struct uffdio_api)
+UFFDIO_REGISTER = 0xC020AA00    # _IOWR(0xAA, 0x00, struct uffdio_register)
+UFFDIO_ZEROPAGE = 0xC020AA04    # _IOWR(0xAA, 0x04, struct uffdio_zeropage)
+UFFDIO_REGISTER_MODE_MISSING = 1
+UFFD_EVENT_PAGEFAULT = 0x12
+libc.syscall.restype = ctypes.c_long
+libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+
+
+class UserfaultPage:
+    """An anonymous page served by userfaultfd that nobody serves until
+    serve(): a fault on it, a kernel one too, waits until then (as on a
+    page of a FUSE file whose server does not answer)."""
+
+    def __init__(self) -> None:
+        self.fd = libc.syscall(NR_USERFAULTFD, os.O_CLOEXEC | os.O_NONBLOCK)
+        assert self.fd >= 0, os.strerror(ctypes.get_errno())
+        api = (ctypes.c_uint64 * 3)(UFFD_API, 0, 0)
+        assert libc.ioctl(self.fd, UFFDIO_API, api) == 0, os.strerror(ctypes.get_errno())
+        self.addr = libc.mmap(None, PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
+                              mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        assert self.addr not in (None, ctypes.c_void_p(-1).value)
+        reg = (ctypes.c_uint64 * 4)(self.addr, PAGE, UFFDIO_REGISTER_MODE_MISSING, 0)
+        assert libc.ioctl(self.fd, UFFDIO_REGISTER, reg) == 0, os.strerror(ctypes.get_errno())
+
+    def wait_fault(self, timeout: float) -> int:
+        """The address of the first fault on the page, once one waits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = os.read(self.fd, 32)      # struct uffd_msg
+            except BlockingIOError:
+                time.sleep(0.05)
+                continue
+            assert msg[0] == UFFD_EVENT_PAGEFAULT, msg
+            return int.from_bytes(msg[16:24], "little")
+        raise AssertionError("nothing faulted on the userfaultfd page")
+
+    def serve(self) -> None:
+        zero = (ctypes.c_uint64 * 4)(self.addr, PAGE, 0, 0)
+        assert libc.ioctl(self.fd, UFFDIO_ZEROPAGE, zero) == 0, os.strerror(ctypes.get_errno())
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def test_unload_while_a_copy_waits_for_its_user_page(exerciser):
+    """copy_to_user() from the BAR into a page whose fault waits until a
+    user-space server answers (userfaultfd here, a FUSE file's page in the
+    wild): the helper faults the page in from the fault path and so waits
+    with it.  The session ends meanwhile; rmmod of the helper then fails at
+    once ("in use") instead of waiting as long as the page does; once the
+    page is served, the copy completes with the device's bytes and the
+    helper unloads."""
+    ensure_helper()
+    fd = os.open(BAR_READ, os.O_RDONLY)
+    ref = os.pread(fd, COPY_LEN, 0x1000)        # untraced: the device's bytes
+    page = UserfaultPage()
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.append(
+        libc.pread(fd, page.addr, COPY_LEN, 0x1000)))
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-copy-uffd").start()
+    rmmod = None
+    try:
+        reader.start()
+        assert page.wait_fault(60) == page.addr
+        time.sleep(0.5)
+        assert reader.is_alive()
+        assert t.stop() == 0
+        rmmod = subprocess.Popen(["rmmod", "mmiotng"], stderr=subprocess.PIPE, text=True)
+        try:
+            rc = rmmod.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc is not None, "rmmod waits as long as the user page does"
+        assert rc != 0 and "in use" in rmmod.stderr.read(), rc
+        assert Path("/sys/module/mmiotng").exists()
+    finally:
+        page.serve()                            # the copy goes on
+        reader.join(60)
+        if rmmod is not None:
+            rmmod.wait(120)
+        if t.proc.poll() is None:
+            t.stop()
+        os.close(fd)
+        page.close()
+    assert not reader.is_alive() and got == [COPY_LEN], got
+    assert ctypes.string_at(page.addr, COPY_LEN) == ref
+    rmmod_helper()
     ensure_helper()
 
 
