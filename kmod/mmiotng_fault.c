@@ -670,6 +670,21 @@ static void ng_step_next(const struct pt_regs *regs)
 	u->step_ip = regs->ip;
 }
 
+/*
+ * A movs between the device and user memory with SMAP on and EFLAGS.AC
+ * clear (a driver's copy without stac): the CPU refuses the user side, and
+ * the kernel oopses at the instruction.  Neither emulated (the helper's
+ * user copies are allowed) nor stepped (the oops would end the task
+ * inside the step): its page is given up, and the instruction runs as it
+ * would without the helper.
+ */
+static bool ng_smap_refuses(const struct ng_insn *insn, const struct pt_regs *regs)
+{
+	return insn->kind == NG_KIND_MOVS &&
+	       (regs->di < TASK_SIZE_MAX || regs->si < TASK_SIZE_MAX) &&
+	       cpu_feature_enabled(X86_FEATURE_SMAP) && !(regs->flags & X86_EFLAGS_AC);
+}
+
 /* The fault-in for this task's instruction failed before: step it now. */
 static bool ng_step_forced(const struct pt_regs *regs)
 {
@@ -809,13 +824,15 @@ enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
  * four NMI-like levels deep: the page is given back to the mapping for
  * good, without ng_lock (ng_page_give_back), and the instruction runs on it,
  * untraced from now on, which the trace says (the mapping NOT traced,
- * -EDEADLK, queued as the accesses are).  False: nothing to give back.
+ * -EDEADLK, queued as the accesses are).  So is the page of an access the
+ * hardware would refuse (ng_smap_refuses, -EPERM).  False: nothing to give
+ * back.
  */
-static bool ng_untrap(struct ng_mapping *m, unsigned long addr, unsigned int level)
+static bool ng_untrap(struct ng_mapping *m, unsigned long addr, unsigned int level, int err)
 {
 	struct ng_page *pg = ng_find_page(m, addr);
 	struct mmiotng_map ev = {
-		.virt = m->virt, .phys = m->phys, .size = m->size, .err = -EDEADLK,
+		.virt = m->virt, .phys = m->phys, .size = m->size, .err = err,
 	};
 
 	if (!pg || !ng_page_give_back(pg))
@@ -861,7 +878,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	/* too deep, re-entered at its level, or on top of its own lock section */
 	if (level >= NG_LEVELS || (this_cpu_read(ng_levels_busy) & BIT(level)) ||
 	    (!level && ng_lock_mine())) {
-		res = ng_untrap(m, address, level) ? NG_HANDLED : NG_NOT_OURS;
+		res = ng_untrap(m, address, level, -EDEADLK) ? NG_HANDLED : NG_NOT_OURS;
 		rcu_read_unlock();
 		return res;
 	}
@@ -882,6 +899,10 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 		mode = MMIOTNG_MODE_EMULATE;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
 	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn, nested);
+	if (decoded && ng_smap_refuses(&insn, regs)) {
+		res = ng_untrap(m, address, level, -EPERM) ? NG_HANDLED : NG_NOT_OURS;
+		goto out;
+	}
 	forced = !level && ng_step_forced(regs);
 	if (decoded && mode == MMIOTNG_MODE_EMULATE && !forced) {
 		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, &insn);
@@ -893,7 +914,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 			goto fault_in;
 	}
 	if (level) {
-		res = ng_untrap(m, address, level) ? NG_HANDLED : NG_NOT_OURS;
+		res = ng_untrap(m, address, level, -EDEADLK) ? NG_HANDLED : NG_NOT_OURS;
 		goto out;
 	}
 	/*

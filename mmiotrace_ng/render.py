@@ -150,6 +150,11 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     35: "an access in an NMI could not be emulated: one of its pages is "
         "not traced from here on",                           # EDEADLK
     19: "the device was removed",                           # ENODEV
+    # a movs between the device and user memory without stac, which the
+    # CPU (SMAP) refuses: the page was given back, the access runs as it
+    # would untraced (the kernel oopses)
+    1: "an access to user memory without stac, which SMAP refuses: one of "
+       "its pages is not traced from here on",               # EPERM
 }
 
 

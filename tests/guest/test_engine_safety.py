@@ -1188,3 +1188,45 @@ def test_mmio_in_an_nmi_that_cannot_be_emulated_gives_its_page_up(exerciser):
     assert [r for r in recs if r[:3] == ("R", 4, 0)] == [("R", 4, 0, IDENT)] * 300
     subprocess.run(["rmmod", "mmiotng"], check=True)
     ensure_helper()
+
+
+# ---- issue 28 item 9: a copy to user memory that SMAP refuses ----------------
+
+
+@pytest.mark.oops
+def test_a_copy_to_user_memory_without_stac_oopses_as_untraced(exerciser, dmesg_clean):
+    """A driver's movs from the BAR to user memory without stac (EFLAGS.AC
+    clear), with SMAP on: without the tracer, the CPU refuses the user side
+    and the kernel oopses at the instruction.  Traced, the helper must not
+    make the copy work (its own user copies are allowed) nor single-step it
+    (the oops would end the task inside the step): it gives the page up,
+    the trace says so, and the instruction runs as untraced: the same oops,
+    one and no other, the reader killed.  The session ends cleanly and the
+    helper unloads.  The kernel is tainted afterwards: the test runs last."""
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    assert re.search(r"^flags\s*:.* smap\b", cpuinfo, re.M), "the guest's CPU has no SMAP"
+    ensure_helper()
+    base = exerciser.bar0[0]
+    t = NgTracer(["--pci", exerciser.dev.name], "ng-nostac").start()
+    try:
+        reader = subprocess.run(
+            [PY, "-c", "import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+             "print(os.read(fd, 4).hex())", str(EXERCISER_DEBUGFS / "bar_read_nostac")],
+            capture_output=True, text=True, timeout=120)
+        text = t.wait_for("SMAP refuses")
+    finally:
+        assert t.stop() == 0
+    print(reader)
+    assert reader.returncode < 0 and not reader.stdout, "the copy worked: it was emulated"
+    said = re.findall(rf"^MARK .* ioremap of 0x{base:x} size \S+ at \S+ is NOT traced: (.*)$",
+                      text, re.M)
+    assert said == ["an access to user memory without stac, which SMAP refuses: one of its "
+                    "pages is not traced from here on"], said
+    assert [r for r in to_records(text, base) if r[0] in ("R", "W", "UNKNOWN")] == []
+    log = dmesg_clean.all_lines()
+    oops = [ln for ln in log if "Oops: " in ln]
+    assert len(oops) == 1 and re.search(r"Oops: (Oops: )?000[23] \[#1\]", oops[0]), oops
+    assert any(re.search(r"RIP: 0010:edu_bar_read_nostac\+", ln) for ln in log), log
+    assert helper_status()["armed_pages"] == 0
+    rmmod_helper()
+    ensure_helper()

@@ -114,14 +114,16 @@ def test_vagrantfile_in_step_with_tests_run():
     assert "modprobe.blacklist=e1000,i6300esb,sdhci_pci" in vf
     # the same guest suite, with the switch that un-skips it
     assert ("pytest -v -p no:cacheprovider --durations=25 -m 'not single_tcg and not "
-            "second_boot' tests/guest") in run
-    assert "--accel tcg-single" in run and "-m 'single_tcg or second_boot' tests/guest" in run
+            "second_boot and not oops' tests/guest") in run
+    assert ("--accel tcg-single" in run and
+            "-m 'single_tcg or second_boot or oops' tests/guest" in run)
     assert "NGVM_GUEST=1" in vf and "NGVM_ACCEL=#{NGVM_ACCEL}" in vf
     assert ('.venv/bin/python -m pytest -v -p no:cacheprovider --durations=25 '
             '${sel:+-m "$sel"} tests/guest'
             in vf)
-    assert 'sel="not second_boot"' in vf
-    assert '[ "$NGVM_ACCEL" = tcg-multi ] && sel="not single_tcg and not second_boot"' in vf
+    assert 'sel="not second_boot and not oops"' in vf
+    assert ('[ "$NGVM_ACCEL" = tcg-multi ] && '
+            'sel="not single_tcg and not second_boot and not oops"' in vf)
 
 
 def _assigned_words(script: str, var: str) -> set[str]:

@@ -17,6 +17,8 @@
  *   cat /sys/kernel/debug/edu_exerciser/stress       (lists them)
  *   stride_virt, maploop_virt: the live mapping of stride / maploop, or 0
  *   bar_read: read(2) at OFF copies BAR0 + OFF with copy_to_user()
+ *   bar_read_nostac: read(2) copies 4 bytes of BAR0 + 0 with one rep movsb
+ *     and no stac: a driver's bug that oopses where the CPU has SMAP
  *   maploop_hold_us (rw): maploop's wait between ioremap and readl
  *   stride_flush (rw): nonzero: stride flushes its CPU's TLB every round
  *   errors: wrong values seen so far by the running (or last) scenario
@@ -1527,6 +1529,39 @@ static const struct file_operations edu_bar_read_fops = {
 	.llseek = default_llseek,
 };
 
+/*
+ * Reading "bar_read_nostac" copies BAR0's first 4 bytes to the reader's
+ * buffer with a rep movsb of its own, without stac: with SMAP on, the CPU
+ * refuses the user side and the kernel oopses here, as it does for a
+ * driver with this bug.  A test of the tracer leaving that as it is.
+ */
+static ssize_t edu_bar_read_nostac(struct file *file, char __user *ubuf, size_t len,
+				   loff_t *ppos)
+{
+	struct edu_ex *ex = file->private_data;
+	void __iomem *base;
+	const void *src;
+	void *dst = (void __force *)ubuf;
+	unsigned long n = 4;
+
+	if (len < n)
+		return -EINVAL;
+	base = edu_map(ex);
+	if (!base)
+		return -ENOMEM;
+	src = (const void __force *)base;
+	asm volatile("rep movsb" : "+D" (dst), "+S" (src), "+c" (n) : : "memory");
+	edu_unmap(ex, base);
+	return 4;
+}
+
+static const struct file_operations edu_bar_read_nostac_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.read = edu_bar_read_nostac,
+	.llseek = default_llseek,
+};
+
 /* ---- a mapping held open across whatever the test does ------------- */
 
 /*
@@ -1825,6 +1860,18 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	}
 	file = debugfs_create_file("bar_read", 0400, ex->dir, ex,
 				   &edu_bar_read_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
+	/*
+	 * unsafe: without debugfs's proxy, whose count of the reads in
+	 * progress would keep the one the oops ended, and the removal of the
+	 * file would wait for it for ever; .owner keeps the module while it
+	 * is open, and a task killed by an oops closes its files
+	 */
+	file = debugfs_create_file_unsafe("bar_read_nostac", 0400, ex->dir, ex,
+					  &edu_bar_read_nostac_fops);
 	if (IS_ERR(file)) {
 		ret = PTR_ERR(file);
 		goto err_debugfs;
