@@ -121,6 +121,30 @@ static void ng_step_add_page(struct ng_step *s, struct ng_mapping *m,
 	s->npages++;
 }
 
+/*
+ * The pages of one operand of a movs (addr, width: at most two pages) that
+ * are armed, made present for the step: a movs stepped against armed pages
+ * would otherwise read its element from the device, fault on the write's
+ * page and run again, reading it twice.  Fault path, interrupts off,
+ * inside the fault's RCU read-side section.
+ */
+static void ng_step_add_operand(struct ng_step *s, unsigned long addr, unsigned int width)
+{
+	unsigned long last = addr + width - 1;
+	struct ng_mapping *m;
+
+	if (addr < TASK_SIZE_MAX)
+		return;
+	m = ng_find_mapping(addr);
+	if (m)
+		ng_step_add_page(s, m, addr);
+	if ((addr ^ last) & PAGE_MASK) {
+		m = ng_find_mapping(last);
+		if (m)
+			ng_step_add_page(s, m, last);
+	}
+}
+
 static bool ng_redirect_reg(struct ng_step *s, struct pt_regs *regs,
 			    unsigned int no, unsigned long delta, bool restore)
 {
@@ -263,8 +287,13 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 		s->acc.width = insn->mem_width;
 		s->acc.value = ng_operand_value(insn, regs);
 	}
-	if (!decoded || !ng_step_redirect(s, regs, insn))
+	if (!decoded || !ng_step_redirect(s, regs, insn)) {
 		ng_step_add_page(s, m, addr);
+		if (decoded && insn->kind == NG_KIND_MOVS) {
+			ng_step_add_operand(s, regs->si, insn->mem_width);
+			ng_step_add_operand(s, regs->di, insn->mem_width);
+		}
+	}
 	s->saved_flags = regs->flags & (X86_EFLAGS_TF | X86_EFLAGS_IF);
 	s->active = true;
 	regs->flags |= X86_EFLAGS_TF;
@@ -273,9 +302,10 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 }
 
 /*
- * The stepped instruction faulted on another armed page (a movs between
- * two traced pages, an instruction the decoder does not know across a page
- * boundary): let it through too.
+ * The stepped instruction faulted on another armed page (an instruction
+ * the decoder does not know across a page boundary or between two traced
+ * pages; a decoded movs has all its pages present from the start): let it
+ * through too.
  * Fault path.
  */
 void ng_step_more(struct ng_mapping *m, unsigned long addr)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import EXERCISER_DEBUGFS, stress_length
 from held import ensure_helper, rmmod_helper
-from kernel_tracer import to_records
+from kernel_tracer import find_pci_device, to_records
 from ng_tracer import MARKER, REPO, NgTracer, helper_status
 from test_reliability import PY
 
@@ -525,6 +525,80 @@ def test_movs_to_a_destination_across_a_page_reads_the_device_once(exerciser, mo
     else:
         assert len(recs) == 1 and recs[0][:2] == ("UNKNOWN", 0x00), text
         assert recs[0][2][:2] == (0xF3, 0xA5), text
+
+
+E1000_ID = (0x8086, 0x100E)
+E1000_ICR, E1000_ICS, E1000_RDBAL = 0x00C0, 0x00C8, 0x2800
+E1000_CAUSE = 0x80              # RXT0: set through ICS, read (and cleared) from ICR
+PCI_DRIVERS = Path("/sys/bus/pci/drivers")
+
+
+@pytest.fixture
+def e1000_on_the_exerciser(exerciser):
+    """The test VM's e1000 NIC bound to the exerciser (driver_override),
+    which then maps its BAR 0 on request ("movs"); given back afterwards."""
+    dev = find_pci_device(*E1000_ID)
+    assert dev is not None, "boot the test VM with QEMU's e1000 (tests/run)"
+    subprocess.run(["rmmod", "e1000"], capture_output=True)
+    sysdev = Path("/sys/bus/pci/devices") / dev.name
+    (sysdev / "driver_override").write_text("edu_exerciser\n")
+    try:
+        (PCI_DRIVERS / "edu_exerciser" / "bind").write_text(dev.name)
+        try:
+            yield dev
+        finally:
+            (PCI_DRIVERS / "edu_exerciser" / "unbind").write_text(dev.name)
+    finally:
+        (sysdev / "driver_override").write_text("\n")
+
+
+def movs_from_icr(dev) -> int:
+    """Set a cause in e1000's ICR (a register that clears when read) from
+    user space, have the exerciser copy ICR to RDBAL with one movsl, and
+    return what RDBAL got: the cause if ICR was read once, 0 if twice."""
+    movs = Path("/sys/kernel/debug") / f"edu_exerciser-{dev.name}" / "movs"
+    with open(Path("/sys/bus/pci/devices") / dev.name / "resource0", "r+b") as f, \
+            mmap.mmap(f.fileno(), 0x4000) as bar:
+        icr = ctypes.c_uint32.from_buffer(bar, E1000_ICR)
+        ics = ctypes.c_uint32.from_buffer(bar, E1000_ICS)
+        rdbal = ctypes.c_uint32.from_buffer(bar, E1000_RDBAL)
+        try:
+            rdbal.value = 0
+            _ = icr.value                       # clears whatever was there
+            ics.value = E1000_CAUSE
+            movs.write_text(f"0 {E1000_ICR:#x} {E1000_RDBAL:#x}\n")
+            return rdbal.value
+        finally:
+            del icr, ics, rdbal                 # the mmap closes only without them
+
+
+@pytest.mark.parametrize("mode", ["emulate", "singlestep"])
+def test_movs_between_two_traced_pages_reads_the_device_once(e1000_on_the_exerciser, mode):
+    """A movsl from a register that clears when read (e1000's ICR) to
+    another traced page of the BAR: the register is read once, so the
+    destination gets the cause, as untraced.  Emulated: the read and the
+    write.  Under --singlestep (two traced operands: stepped with the pages
+    present): one UNKNOWN record; a step that made only the source's page
+    present faulted on the destination's and ran the instruction again,
+    which read ICR a second time and copied 0."""
+    ensure_helper()
+    dev = e1000_on_the_exerciser
+    untraced = movs_from_icr(dev)
+    assert untraced == E1000_CAUSE, hex(untraced)
+    args = ["--singlestep"] if mode == "singlestep" else []
+    t = NgTracer(["--pci", dev.name, *args], f"ng-movs-icr-{mode}").start()
+    got: list[int] = []
+    try:
+        text = t.section(lambda: got.append(movs_from_icr(dev)))
+    finally:
+        assert t.stop() == 0
+    assert got == [untraced], [hex(v) for v in got]
+    recs = [r for r in to_records(text, dev.bars[0][0]) if r[0] in ("R", "W", "UNKNOWN")]
+    if mode == "emulate":
+        assert recs == [("R", 4, E1000_ICR, untraced), ("W", 4, E1000_RDBAL, untraced)], text
+    else:
+        assert len(recs) == 1 and recs[0][:2] == ("UNKNOWN", E1000_ICR), text
+    assert helper_status()["armed_pages"] == 0
 
 
 def test_accesses_across_a_page_are_emulated_and_traced(exerciser):

@@ -1691,7 +1691,9 @@ static const struct file_operations edu_hold_fops = {
  * pci_iomap_wc), writes a 32-bit pattern at its start, middle and last 8
  * bytes and reads each back (a wrong value: -EIO), then unmaps.  "level"
  * says which page-table level the kernel mapped its start with: 1 (4K),
- * 2 (2M) or 3 (1G).
+ * 2 (2M) or 3 (1G).  Writing "BAR SRC DST" to "movs" maps the whole BAR
+ * (ioremap) and makes one movsl from BAR + SRC to BAR + DST (e.g. from a
+ * register that clears when read: a second read would copy another value).
  */
 struct edu_any {
 	struct pci_dev *pdev;
@@ -1773,6 +1775,49 @@ static const struct file_operations edu_any_fops = {
 	.llseek = default_llseek,
 };
 
+static ssize_t edu_any_movs_write(struct file *file, const char __user *ubuf,
+				  size_t len, loff_t *ppos)
+{
+	struct edu_any *any = file->private_data;
+	char cmd[EDU_CMD_MAX];
+	unsigned long src, dst, n = 1;
+	resource_size_t size;
+	void __iomem *p;
+	void *from, *to;
+	int bar;
+
+	if (len == 0 || len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	if (sscanf(cmd, "%d %li %li", &bar, &src, &dst) != 3 || bar < 0 ||
+	    bar >= PCI_STD_NUM_BARS || !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
+		return -EINVAL;
+	size = pci_resource_len(any->pdev, bar);
+	if (src > size - 4 || dst > size - 4 || (src | dst) & 3)
+		return -EINVAL;
+	mutex_lock(&any->lock);
+	p = ioremap(pci_resource_start(any->pdev, bar), size);
+	if (!p) {
+		mutex_unlock(&any->lock);
+		return -ENOMEM;
+	}
+	from = (void __force *)(p + src);
+	to = (void __force *)(p + dst);
+	asm volatile("rep movsl" : "+S" (from), "+D" (to), "+c" (n) : : "memory");
+	iounmap(p);
+	mutex_unlock(&any->lock);
+	return len;
+}
+
+static const struct file_operations edu_any_movs_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = edu_any_movs_write,
+	.llseek = default_llseek,
+};
+
 static int edu_any_probe(struct pci_dev *pdev)
 {
 	struct edu_any *any;
@@ -1794,6 +1839,7 @@ static int edu_any_probe(struct pci_dev *pdev)
 		return PTR_ERR(any->dir);
 	}
 	debugfs_create_file("map", 0200, any->dir, any, &edu_any_fops);
+	debugfs_create_file("movs", 0200, any->dir, any, &edu_any_movs_fops);
 	debugfs_create_u32("level", 0444, any->dir, &any->level);
 	pci_set_drvdata(pdev, any);
 	return 0;
