@@ -72,7 +72,10 @@ struct mmiotng_map {
 	__u64 size;		/* as passed to ioremap */
 	/*
 	 * 0: armed, traced; else -errno: not traced.  virt 0, err < 0: a BAR
-	 * of a device bound while tracing that got no filter (NEW_DEVICES).
+	 * of a device bound while tracing that got no filter (NEW_DEVICES), or
+	 * a traced range (-ENODEV: its device was removed).  -EXDEV: a traced
+	 * BAR moved away from phys/size; virt its new start, which is traced
+	 * (0: not, said by the next record of the new range).
 	 */
 	__s32 err;
 	__u32 pad;

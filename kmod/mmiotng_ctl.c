@@ -200,16 +200,14 @@ unsigned int ng_nr_filters(void)
 	return n;
 }
 
-int ng_filter_add(phys_addr_t start, u64 size)
+/* A filter on a range known to be a PCI device's BAR.  ng_mutex held. */
+static int ng_filter_insert(phys_addr_t start, u64 size)
 {
 	struct ng_filter *f;
 	unsigned long flags;
 
 	lockdep_assert_held(&ng_mutex);
 	if (!size || size > NG_MAX_FILTER_SIZE || start + size < start)
-		return -EINVAL;
-	/* device memory of a PCI device only: not RAM, not page 0, not the HPET */
-	if (!ng_in_pci_bar(start, size))
 		return -EINVAL;
 	if (ng_nr_filters() >= NG_MAX_FILTERS)
 		return -ENOSPC;
@@ -229,6 +227,17 @@ int ng_filter_add(phys_addr_t start, u64 size)
 	list_add_tail(&f->node, &ng_filters);
 	ng_unlock_irqrestore(flags);
 	return 0;
+}
+
+int ng_filter_add(phys_addr_t start, u64 size)
+{
+	lockdep_assert_held(&ng_mutex);
+	if (!size || start + size < start)
+		return -EINVAL;
+	/* device memory of a PCI device only: not RAM, not page 0, not the HPET */
+	if (!ng_in_pci_bar(start, size))
+		return -EINVAL;
+	return ng_filter_insert(start, size);
 }
 
 static unsigned int test_reset_delay_ms;
@@ -326,6 +335,28 @@ again:
 			goto again;	/* ng_teardown() took f off the list */
 		}
 	}
+}
+
+/*
+ * A traced BAR moved (resized, reassigned) to [to, to + to_size): the
+ * filter on its old range goes, one on the new range comes, and the trace
+ * says so (-EXDEV, virt: the new start; if the new range got no filter,
+ * virt 0 and a record of the new range with why).  Nothing if the old
+ * range has no filter of its own now.  ng_mutex held.
+ */
+void ng_filter_move(phys_addr_t from, u64 from_size, phys_addr_t to, u64 to_size)
+{
+	struct ng_filter *f = ng_find_filter(from, from_size);
+	int ret;
+
+	lockdep_assert_held(&ng_mutex);
+	if (!f || f->start != from || f->size != from_size)
+		return;
+	ng_teardown(f);
+	ret = ng_filter_insert(to, to_size);
+	ng_report_map(ret ? 0 : to, from, from_size, -EXDEV);
+	if (ret)
+		ng_report_map(0, to, to_size, ret);
 }
 
 void ng_disarm_all(void)

@@ -1,5 +1,6 @@
-"""A traced device that goes away (sysfs remove, as a hot-unplug).  This
-file runs last of the guest tests: the rescan moves edu's BAR0.
+"""A traced device that goes away (sysfs remove, as a hot-unplug), and a
+traced BAR that moves.  This file runs last of the guest tests: the rescan
+and the move change where edu's BAR0 is.
 
 The filters in its BARs go with it: the trace says so, and whatever maps
 the range next (here the same device, found again by a rescan, with its
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from conftest import EDU_ID, EXERCISER_DEBUGFS
 from held import ensure_helper, held_pages, hold
-from kernel_tracer import find_pci_device
+from kernel_tracer import find_pci_device, to_records
 from ng_tracer import NgTracer, helper_status
 
 RESCAN = Path("/sys/bus/pci/rescan")
@@ -62,3 +63,37 @@ def test_a_removed_device_takes_its_filters_with_it(held):
     marks = re.findall(r"^MARK \S+ (.*)$", t.text(), re.M)
     assert want in marks, marks
     assert want in t.stderr(), t.stderr()
+
+
+def test_a_bar_that_moves_is_followed(held):
+    """edu's BAR0 moved while traced, as a driver that resizes its BAR in
+    its probe moves it (released, assigned anew elsewhere): the trace says
+    so, and the driver's mapping of the new range is traced, its accesses
+    with it (it used to be left untraced without a word)."""
+    dev = find_pci_device(*EDU_ID)
+    start, length = dev.bars[0]
+    t = NgTracer(["--pci", dev.name], "ng-moved").start()
+    try:
+        hold("move")
+        moved = find_pci_device(*EDU_ID)
+        hold("map")
+        hold("touch")
+        hold("unmap")
+        after = helper_status()
+    finally:
+        status = t.stop()
+    assert status == 0, t.stderr()
+    new, new_length = moved.bars[0]
+    print(f"BAR0 moved from 0x{start:x} to 0x{new:x}")
+    assert new != start and new_length == length
+    want = (f"mmiotrace-ng: the range 0x{start:x} size 0x{length:x} is NOT traced any more: "
+            f"its BAR was moved (resized or reassigned) to 0x{new:x}, which is traced from "
+            "here on")
+    marks = re.findall(r"^MARK \S+ (.*)$", t.text(), re.M)
+    assert want in marks, marks
+    assert want in t.stderr(), t.stderr()
+    recs = to_records(t.text(), new)
+    assert ("MAP", 0, length) in recs, recs
+    assert [r for r in recs if r[0] in ("R", "W")] == [
+        ("R", 4, 0x00, 0x010000ED), ("W", 4, 0x04, 0x12345678), ("R", 4, 0x04, 0xEDCBA987)], recs
+    assert (after["filters"], after["armed_pages"]) == (1, 0), after

@@ -1569,7 +1569,9 @@ static const struct file_operations edu_bar_read_nostac_fops = {
  * the ident register and writes and reads back the liveness register
  * through it (a wrong value: -EIO); "unmap" unmaps it; "unmap_inner"
  * unmaps it by the address of its second page (a driver's bug: iounmap()
- * frees the area that holds the address).  Reading "hold"
+ * frees the area that holds the address); "move" (nothing held) moves BAR0
+ * elsewhere, as a driver resizing its BAR in its probe does: released,
+ * its old range kept taken meanwhile, assigned anew.  Reading "hold"
  * gives "virt 0x... pages N present P": how many of the mapping's pages
  * the kernel's page table maps right now, read with lookup_address(), so
  * a test can see whether a page was left not-present without asking the
@@ -1631,6 +1633,33 @@ static int edu_hold_touch(struct edu_ex *ex)
 	return readl(ex->held + EDU_REG_LIVE) == ~v ? 0 : -EIO;
 }
 
+static int edu_move_bar0(struct edu_ex *ex)
+{
+	struct pci_dev *pdev = ex->pdev;
+	struct resource *r = &pdev->resource[0];
+	struct resource *parent = r->parent;
+	struct resource old = DEFINE_RES_MEM_NAMED(r->start, resource_size(r),
+						   "edu_exerciser: old BAR0");
+	u16 cmd;
+	int ret;
+
+	if (!parent)
+		return -ENXIO;
+	pci_read_config_word(pdev, PCI_COMMAND, &cmd);
+	pci_write_config_word(pdev, PCI_COMMAND, cmd & ~PCI_COMMAND_MEMORY);
+	pci_release_resource(pdev, 0);
+	ret = request_resource(parent, &old);
+	if (!ret) {
+		ret = pci_assign_resource(pdev, 0);
+		release_resource(&old);
+	}
+	if (ret)	/* back where it was */
+		ret = pci_assign_resource(pdev, 0) ?: ret;
+	pci_write_config_word(pdev, PCI_COMMAND, cmd);
+	ex->start = pci_resource_start(pdev, 0);
+	return ret;
+}
+
 static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 			      size_t len, loff_t *ppos)
 {
@@ -1654,6 +1683,8 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 			ret = -ENOMEM;
 	} else if (!strcmp(cmd, "touch")) {
 		ret = ex->held ? edu_hold_touch(ex) : -ENXIO;
+	} else if (!strcmp(cmd, "move")) {
+		ret = ex->held ? -EBUSY : edu_move_bar0(ex);
 	} else if (!strcmp(cmd, "unmap") || !strcmp(cmd, "unmap_inner")) {
 		if (!ex->held)
 			ret = -ENXIO;
