@@ -286,7 +286,8 @@ void ng_kernel_tracer_stop(void);
 int ng_filter_add(phys_addr_t start, u64 size);
 int ng_filter_del(phys_addr_t start, u64 size);
 void ng_filters_drop(phys_addr_t start, u64 size);
-void ng_filter_move(phys_addr_t from, u64 from_size, phys_addr_t to, u64 to_size);
+int ng_filter_insert(phys_addr_t start, u64 size);
+void ng_filter_remove(phys_addr_t start, u64 size);
 int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys);
 void ng_disarm_all(void);
 int ng_set_mode(u32 mode);
@@ -304,6 +305,8 @@ void ng_nl_exit(void);
 
 /* mmiotng_pci.c: devices bound during an --all session */
 void ng_trace_new_devices(bool on);
+struct pci_dev;
+void ng_moving_clear(const struct pci_dev *dev);
 int ng_pci_init(void);
 void ng_pci_exit(void);
 

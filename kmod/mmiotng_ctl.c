@@ -201,7 +201,7 @@ unsigned int ng_nr_filters(void)
 }
 
 /* A filter on a range known to be a PCI device's BAR.  ng_mutex held. */
-static int ng_filter_insert(phys_addr_t start, u64 size)
+int ng_filter_insert(phys_addr_t start, u64 size)
 {
 	struct ng_filter *f;
 	unsigned long flags;
@@ -337,32 +337,21 @@ again:
 	}
 }
 
-/*
- * A traced BAR moved (resized, reassigned) to [to, to + to_size): the
- * filter on its old range goes, one on the new range comes, and the trace
- * says so (-EXDEV, virt: the new start; if the new range got no filter,
- * virt 0 and a record of the new range with why).  Nothing if the old
- * range has no filter of its own now.  ng_mutex held.
- */
-void ng_filter_move(phys_addr_t from, u64 from_size, phys_addr_t to, u64 to_size)
+/* Take off the filter on exactly [start, start + size), if any; quietly. */
+void ng_filter_remove(phys_addr_t start, u64 size)
 {
-	struct ng_filter *f = ng_find_filter(from, from_size);
-	int ret;
+	struct ng_filter *f = ng_find_filter(start, size);
 
 	lockdep_assert_held(&ng_mutex);
-	if (!f || f->start != from || f->size != from_size)
-		return;
-	ng_teardown(f);
-	ret = ng_filter_insert(to, to_size);
-	ng_report_map(ret ? 0 : to, from, from_size, -EXDEV);
-	if (ret)
-		ng_report_map(0, to, to_size, ret);
+	if (f && f->start == start && f->size == size)
+		ng_teardown(f);
 }
 
 void ng_disarm_all(void)
 {
 	lockdep_assert_held(&ng_mutex);
 	ng_trace_new_devices(false);
+	ng_moving_clear(NULL);
 	ng_teardown(NULL);
 	WRITE_ONCE(ng_mode, MMIOTNG_MODE_EMULATE);
 }

@@ -1069,7 +1069,7 @@ int ng_ftrace_hook(struct ftrace_ops *ops, const char *func)
 	if (!ret)
 		ret = register_ftrace_function(ops);
 	if (ret == -EBUSY)
-		pr_err("cannot hook %s: ftrace is disabled (sysctl kernel.ftrace_enabled=0)\n",
+		pr_err("cannot hook %s: ftrace is disabled (sysctl kernel.ftrace_enabled=0), or another module (a livepatch) changes that function\n",
 		       func);
 	else if (ret)
 		pr_err("cannot hook %s (ftrace): %d\n", func, ret);

@@ -155,9 +155,9 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     # would untraced (the kernel oopses)
     1: "an access to user memory without stac, which SMAP refuses: one of "
        "its pages is not traced from here on",               # EPERM
-    # a traced BAR moved (resized or reassigned) there, and the helper could
-    # not move its filter in time (kmod/mmiotng_pci.c)
-    110: "a traced BAR moved there while the helper was busy",  # ETIMEDOUT
+    # a traced BAR moved (resized or reassigned) there, where the helper
+    # could not move its filter: its caller could not sleep (kmod/mmiotng_pci.c)
+    11: "a traced BAR moved there in a context that cannot sleep",  # EAGAIN
 }
 
 
@@ -174,7 +174,7 @@ def untraced_text(rec: NgRecUntraced) -> str:
         where = f" to 0x{rec.virt:x}, which is traced from here on" if rec.virt else ""
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is NOT traced "
                 f"any more: its BAR was moved (resized or reassigned){where}")
-    if not rec.virt and rec.err == -errno.ETIMEDOUT:
+    if not rec.virt and rec.err == -errno.EAGAIN:
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is NOT traced: "
                 f"{untraced_reason(rec.err)}")
     if not rec.virt:    # a BAR of a device bound (or moved) while tracing

@@ -65,35 +65,50 @@ def test_a_removed_device_takes_its_filters_with_it(held):
     assert want in t.stderr(), t.stderr()
 
 
+def moved_mark(start: int, length: int, new: int) -> str:
+    return (f"mmiotrace-ng: the range 0x{start:x} size 0x{length:x} is NOT traced any more: "
+            f"its BAR was moved (resized or reassigned) to 0x{new:x}, which is traced from "
+            "here on")
+
+
+def touched(text: str, base: int, length: int) -> list[tuple]:
+    """The records of one "map; touch; unmap" of edu's BAR0 at base."""
+    recs = [r for r in to_records(text, base) if r[0] in ("MAP", "R", "W") and
+            (r[0] != "MAP" or r[1:] == (0, length))]
+    return recs
+
+
+TOUCH = [("R", 4, 0x00, 0x010000ED), ("W", 4, 0x04, 0x12345678), ("R", 4, 0x04, 0xEDCBA987)]
+
+
 def test_a_bar_that_moves_is_followed(held):
     """edu's BAR0 moved while traced, as a driver that resizes its BAR in
     its probe moves it (released, assigned anew elsewhere): the trace says
     so, and the driver's mapping of the new range is traced, its accesses
-    with it (it used to be left untraced without a word)."""
+    with it (it used to be left untraced without a word).  Then put back
+    as the kernel undoes a resize that failed (released, claimed at its
+    old range): followed back."""
     dev = find_pci_device(*EDU_ID)
     start, length = dev.bars[0]
     t = NgTracer(["--pci", dev.name], "ng-moved").start()
     try:
         hold("move")
         moved = find_pci_device(*EDU_ID)
-        hold("map")
-        hold("touch")
-        hold("unmap")
+        text_moved = t.section(lambda: [hold(c) for c in ("map", "touch", "unmap")])
+        hold("moveback")
+        back = find_pci_device(*EDU_ID)
+        text_back = t.section(lambda: [hold(c) for c in ("map", "touch", "unmap")])
         after = helper_status()
     finally:
         status = t.stop()
     assert status == 0, t.stderr()
     new, new_length = moved.bars[0]
-    print(f"BAR0 moved from 0x{start:x} to 0x{new:x}")
-    assert new != start and new_length == length
-    want = (f"mmiotrace-ng: the range 0x{start:x} size 0x{length:x} is NOT traced any more: "
-            f"its BAR was moved (resized or reassigned) to 0x{new:x}, which is traced from "
-            "here on")
+    print(f"BAR0 moved from 0x{start:x} to 0x{new:x}, back to 0x{back.bars[0][0]:x}")
+    assert new != start and new_length == length and back.bars[0] == (start, length)
     marks = re.findall(r"^MARK \S+ (.*)$", t.text(), re.M)
-    assert want in marks, marks
-    assert want in t.stderr(), t.stderr()
-    recs = to_records(t.text(), new)
-    assert ("MAP", 0, length) in recs, recs
-    assert [r for r in recs if r[0] in ("R", "W")] == [
-        ("R", 4, 0x00, 0x010000ED), ("W", 4, 0x04, 0x12345678), ("R", 4, 0x04, 0xEDCBA987)], recs
+    there, home = moved_mark(start, length, new), moved_mark(new, length, start)
+    assert [m for m in marks if "moved" in m] == [there, home], marks
+    assert there in t.stderr() and home in t.stderr(), t.stderr()
+    assert touched(text_moved, new, length) == [("MAP", 0, length), *TOUCH], text_moved
+    assert touched(text_back, start, length) == [("MAP", 0, length), *TOUCH], text_back
     assert (after["filters"], after["armed_pages"]) == (1, 0), after

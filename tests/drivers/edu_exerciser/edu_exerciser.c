@@ -112,6 +112,7 @@ struct edu_ex {
 	struct pci_dev *pdev;
 	resource_size_t start;
 	resource_size_t len;
+	resource_size_t moved_from;	/* BAR0's range before the last "move" */
 	struct dentry *dir;
 	struct mutex lock;	/* one scenario at a time */
 	unsigned int errors;	/* wrong values seen by the current run */
@@ -1571,7 +1572,10 @@ static const struct file_operations edu_bar_read_nostac_fops = {
  * unmaps it by the address of its second page (a driver's bug: iounmap()
  * frees the area that holds the address); "move" (nothing held) moves BAR0
  * elsewhere, as a driver resizing its BAR in its probe does: released,
- * its old range kept taken meanwhile, assigned anew.  Reading "hold"
+ * its old range kept taken meanwhile, assigned anew; "moveback" puts it
+ * back where it was before, as the kernel undoes a resize that failed
+ * (released, claimed at the old range, the BAR register rewritten).
+ * Reading "hold"
  * gives "virt 0x... pages N present P": how many of the mapping's pages
  * the kernel's page table maps right now, read with lookup_address(), so
  * a test can see whether a page was left not-present without asking the
@@ -1656,6 +1660,36 @@ static int edu_move_bar0(struct edu_ex *ex)
 	if (ret)	/* back where it was */
 		ret = pci_assign_resource(pdev, 0) ?: ret;
 	pci_write_config_word(pdev, PCI_COMMAND, cmd);
+	if (!ret)
+		ex->moved_from = old.start;
+	ex->start = pci_resource_start(pdev, 0);
+	return ret;
+}
+
+static int edu_move_bar0_back(struct edu_ex *ex)
+{
+	struct pci_dev *pdev = ex->pdev;
+	struct resource *r = &pdev->resource[0];
+	resource_size_t size = resource_size(r);
+	u16 cmd;
+	int ret;
+
+	if (!ex->moved_from)
+		return -ENXIO;
+	pci_read_config_word(pdev, PCI_COMMAND, &cmd);
+	pci_write_config_word(pdev, PCI_COMMAND, cmd & ~PCI_COMMAND_MEMORY);
+	pci_release_resource(pdev, 0);
+	r->start = ex->moved_from;
+	r->end = ex->moved_from + size - 1;
+	r->flags &= ~IORESOURCE_UNSET;
+	ret = pci_claim_resource(pdev, 0);
+	if (!ret)
+		ret = pcibios_err_to_errno(pci_write_config_dword(pdev, PCI_BASE_ADDRESS_0,
+								  lower_32_bits(r->start)));
+	else	/* anywhere */
+		ret = pci_assign_resource(pdev, 0) ?: ret;
+	pci_write_config_word(pdev, PCI_COMMAND, cmd);
+	ex->moved_from = 0;
 	ex->start = pci_resource_start(pdev, 0);
 	return ret;
 }
@@ -1685,6 +1719,8 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 		ret = ex->held ? edu_hold_touch(ex) : -ENXIO;
 	} else if (!strcmp(cmd, "move")) {
 		ret = ex->held ? -EBUSY : edu_move_bar0(ex);
+	} else if (!strcmp(cmd, "moveback")) {
+		ret = ex->held ? -EBUSY : edu_move_bar0_back(ex);
 	} else if (!strcmp(cmd, "unmap") || !strcmp(cmd, "unmap_inner")) {
 		if (!ex->held)
 			ret = -ENXIO;
