@@ -49,6 +49,7 @@
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/delay.h>
 #include <linux/ftrace.h>
 #include <linux/irq_work.h>
 #include <linux/io.h>
@@ -580,6 +581,8 @@ struct ng_user_page {
 };
 
 static DEFINE_PER_CPU(struct ng_user_page, ng_user_page);
+/* tasks in ng_fault_user()'s fault-in: only a forced rmmod finds one */
+static atomic_t ng_user_inflight = ATOMIC_INIT(0);
 
 /* Emulate the faulting instruction. */
 static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mapping *m,
@@ -936,10 +939,12 @@ fault_in:
 	 * makes rmmod fail meanwhile rather than wait in ng_fault_exit().
 	 * None while the module is going: step it, as if the fault-in failed.
 	 */
-	if (try_module_get(THIS_MODULE))
+	if (try_module_get(THIS_MODULE)) {
+		atomic_inc(&ng_user_inflight);
 		res = NG_FAULT_IN_USER;
-	else
+	} else {
 		ng_step_next(regs);
+	}
 out:
 	this_cpu_dec(ng_fault_depth);
 	this_cpu_and(ng_levels_busy, ~BIT(level));
@@ -981,6 +986,7 @@ static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_cod
 	}
 	if (left)
 		ng_step_next(regs);
+	atomic_dec(&ng_user_inflight);
 	/*
 	 * ng_fault()'s reference.  Interrupts stay off from here to the
 	 * return into the kernel's fault path: ng_fault_exit()'s grace period
@@ -1097,8 +1103,11 @@ void ng_fault_exit(void)
 	ng_ftrace_unhook(&ng_fault_ops);
 	/*
 	 * No task is in ng_fault_user()'s fault-in (it holds a reference to
-	 * the module); a CPU may still be in ng_fault_done/_user() after it,
-	 * interrupts off.
+	 * the module), unless the unload was forced (rmmod -f): then wait for
+	 * it, as long as its page takes.  A CPU may still be in
+	 * ng_fault_done/_user() after it, interrupts off.
 	 */
+	while (atomic_read(&ng_user_inflight))
+		msleep(20);
 	synchronize_rcu();
 }

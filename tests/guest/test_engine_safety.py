@@ -1016,14 +1016,16 @@ class UserfaultPage:
         os.close(self.fd)
 
 
-def test_unload_while_a_copy_waits_for_its_user_page(exerciser):
+@pytest.mark.parametrize("force", [False, True], ids=["rmmod", "rmmod-f"])
+def test_unload_while_a_copy_waits_for_its_user_page(exerciser, force):
     """copy_to_user() from the BAR into a page whose fault waits until a
     user-space server answers (userfaultfd here, a FUSE file's page in the
     wild): the helper faults the page in from the fault path and so waits
     with it.  The session ends meanwhile; rmmod of the helper then fails at
     once ("in use") instead of waiting as long as the page does; once the
     page is served, the copy completes with the device's bytes and the
-    helper unloads."""
+    helper unloads.  rmmod -f (Debian's kernels allow it) does not free the
+    module under the waiting task: it waits for the page too."""
     ensure_helper()
     fd = os.open(BAR_READ, os.O_RDONLY)
     ref = os.pread(fd, COPY_LEN, 0x1000)        # untraced: the device's bytes
@@ -1039,26 +1041,33 @@ def test_unload_while_a_copy_waits_for_its_user_page(exerciser):
         time.sleep(0.5)
         assert reader.is_alive()
         assert t.stop() == 0
-        rmmod = subprocess.Popen(["rmmod", "mmiotng"], stderr=subprocess.PIPE, text=True)
+        rmmod = subprocess.Popen(["rmmod", *(["-f"] if force else []), "mmiotng"],
+                                 stderr=subprocess.PIPE, text=True)
         try:
-            rc = rmmod.wait(30)
+            rc = rmmod.wait(30 if not force else 5)
         except subprocess.TimeoutExpired:
             rc = None
-        assert rc is not None, "rmmod waits as long as the user page does"
-        assert rc != 0 and "in use" in rmmod.stderr.read(), rc
-        assert Path("/sys/module/mmiotng").exists()
+        if force:
+            assert rc is None and reader.is_alive(), "the forced unload did not wait"
+        else:
+            assert rc is not None, "rmmod waits as long as the user page does"
+            assert rc != 0 and "in use" in rmmod.stderr.read(), rc
+            assert Path("/sys/module/mmiotng").exists()
     finally:
         page.serve()                            # the copy goes on
         reader.join(60)
         if rmmod is not None:
-            rmmod.wait(120)
+            rc = rmmod.wait(120)
         if t.proc.poll() is None:
             t.stop()
         os.close(fd)
         page.close()
     assert not reader.is_alive() and got == [COPY_LEN], got
     assert ctypes.string_at(page.addr, COPY_LEN) == ref
-    rmmod_helper()
+    if force:
+        assert rc == 0 and not Path("/sys/module/mmiotng").exists(), rc
+    else:
+        rmmod_helper()
     ensure_helper()
 
 
