@@ -638,6 +638,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
     Subcommand("render", "the same as report (its older name)",
                "Print the trace a file from record (or --raw) holds (see report).",
                _report_setup, report, listed=False),
+    Subcommand("check", "whether this machine can trace (what is missing)",
+               "Check what tracing needs, one line each: the kernel's options, tracefs, BTF, "
+               "the kprobes and ftrace switches, the kernel's own mmiotrace, lockdown, "
+               "module signatures (Secure Boot), the helper module and the Python modules; "
+               "what is missing, with how to fix it.", *_lazy("doctor")),
     Subcommand("status", "print the helper module's counters",
                "Print the counters of the loaded helper module (mmiotng), one per line.",
                _no_arguments, status),

@@ -74,3 +74,20 @@ def test_help_has_examples():
     res = subprocess.run([*NG, "--help"], capture_output=True, text=True)
     assert res.returncode == 0
     assert "examples:" in res.stdout and "--pci 01:00.0 -- modprobe" in res.stdout
+
+
+def test_check_passes_in_the_test_vm_and_says_the_kernels_tracer():
+    """mmiotrace-ng check on a machine that traces (the test VM): every
+    line ok (the module-signature line may warn), exit 0; with the kernel's
+    own mmiotrace on, that line says MISSING with the fix, exit 2."""
+    res = subprocess.run([*NG, "check"], capture_output=True, text=True, timeout=120)
+    print(res.stdout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) >= 12 and all(ln.split()[0] in ("ok", "warning") for ln in lines), lines
+    assert [ln for ln in lines if ln.startswith("warning")] == [], lines
+    with KernelMmiotrace():
+        res = subprocess.run([*NG, "check"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout
+    (missing,) = [ln for ln in res.stdout.splitlines() if ln.startswith("MISSING")]
+    assert "kernel's mmiotrace: active: echo nop" in missing, missing

@@ -101,6 +101,7 @@ SUBCOMMAND_LINES = {
     "mark": "write TEXT into the running trace as a MARK line",
     "record": "trace into a binary file, report it later",
     "report": "print a recorded trace as the tracer does",
+    "check": "whether this machine can trace (what is missing)",
     "status": "print the helper module's counters",
 }
 
