@@ -96,6 +96,11 @@ def check_environment() -> None:
     if kernel_mmiotrace_active():
         raise UsageError("the kernel's own mmiotrace is active; stop it first: "
                          "echo nop > /sys/kernel/tracing/current_tracer")
+    from .doctor import check_lockdown
+
+    lockdown = check_lockdown(Path("/"))
+    if lockdown.ok is False:
+        raise UsageError(f"the kernel is locked down, {lockdown.detail} (mmiotrace-ng check)")
 
 
 def kernel_mmiotrace_active() -> bool:

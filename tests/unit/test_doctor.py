@@ -6,7 +6,10 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from mmiotrace_ng import doctor
+import pytest
+
+from mmiotrace_ng import cli, doctor
+from mmiotrace_ng.errors import UsageError
 
 RELEASE = "6.1.0-57-amd64"
 ALL_SET = "".join(f"CONFIG_{o}=y\n" for o in doctor.KERNEL_OPTIONS)
@@ -104,3 +107,23 @@ def test_no_helper_and_no_headers_fails(tmp_path):
 def test_format_one_line_each():
     assert doctor.format_check(doctor.Check("BTF", False, "no")) == "MISSING  BTF: no"
     assert doctor.format_check(doctor.Check("x", None, "y")).startswith("warning  x: y")
+
+
+def test_the_trace_refuses_a_kernel_locked_down_for_confidentiality(monkeypatch):
+    """The trace command's own checks include lockdown: one line, the
+    doctor's words, before anything is loaded."""
+
+    class Present(type(Path())):
+        def exists(self, *args, **kwargs) -> bool:
+            return True
+
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli, "Path", Present)
+    monkeypatch.setattr(cli, "kernel_mmiotrace_active", lambda: False)
+    monkeypatch.setattr(doctor, "check_lockdown", lambda root: doctor.Check(
+        "lockdown", False, "confidentiality: the kernel refuses kprobes"))
+    with pytest.raises(UsageError, match="locked down, confidentiality: the kernel refuses"):
+        cli.check_environment()
+    monkeypatch.setattr(doctor, "check_lockdown",
+                        lambda root: doctor.Check("lockdown", True, "none"))
+    cli.check_environment()
