@@ -60,6 +60,22 @@ def _helper_said(fd: int | None) -> list[str]:
     return said
 
 
+# what insmod says when the kernel wants a signature the module lacks
+UNSIGNED_REFUSED = ("Key was rejected", "Required key not available", "Operation not permitted")
+
+
+def signing_hint(insmod_stderr: str, root: Path = Path("/")) -> str | None:
+    """Why the kernel refused the helper, if it loads signed modules only."""
+    from .doctor import check_lockdown, check_signing
+
+    if not any(words in insmod_stderr for words in UNSIGNED_REFUSED):
+        return None
+    lockdown, signing = check_lockdown(root), check_signing(root)
+    why = (signing.detail if signing.ok is None else
+           f"lockdown is {lockdown.detail}" if lockdown.ok is not True else None)
+    return f"the kernel refused the helper module: {why}" if why else None
+
+
 def _insmod(ko: Path) -> None:
     kmsg = _kmsg_end()
     out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
@@ -67,6 +83,9 @@ def _insmod(ko: Path) -> None:
     if out.returncode:
         if said:
             raise LoaderError(f"the helper module refused to load: {'; '.join(said)}")
+        hint = signing_hint(out.stderr)
+        if hint:
+            raise LoaderError(hint)
         raise LoaderError(f"insmod {ko} failed: {out.stderr.strip()} (see dmesg)")
 
 

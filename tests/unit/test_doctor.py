@@ -127,3 +127,21 @@ def test_the_trace_refuses_a_kernel_locked_down_for_confidentiality(monkeypatch)
     monkeypatch.setattr(doctor, "check_lockdown",
                         lambda root: doctor.Check("lockdown", True, "none"))
     cli.check_environment()
+
+
+def test_an_unsigned_helper_refused_says_why_and_how(tmp_path):
+    """insmod refused for want of a signature: the loader's one line says
+    that the kernel loads signed modules only and how to sign the helper."""
+    from mmiotrace_ng.kmodload import signing_hint
+
+    refused = "insmod: ERROR: could not insert module mmiotng.ko: Key was rejected by service"
+    root = machine(tmp_path / "a", **{"sys/module/module/parameters/sig_enforce": "Y\n"})
+    hint = signing_hint(refused, root)
+    assert hint and hint.startswith("the kernel refused the helper module: module.sig_enforce=1")
+    assert "mokutil --import" in hint
+    root = machine(tmp_path / "b", **{
+        "sys/kernel/security/lockdown": "none [integrity] confidentiality\n"})
+    hint = signing_hint("insmod: ERROR: ...: Operation not permitted", root)
+    assert hint and "lockdown is integrity: only signed modules load" in hint
+    assert signing_hint(refused, machine(tmp_path / "c")) is None     # nothing enforced
+    assert signing_hint("insmod: ERROR: ...: Invalid module format", root) is None
