@@ -6,6 +6,8 @@
   test marked ``oops`` (it makes the kernel oops on purpose, and runs after
   every other test of its session) may gain the lines of one page-fault
   oops report, nothing else.
+- Tests marked ``lockdown_boot`` run in a boot with module.sig_enforce=1
+  on the kernel's command line, and no other test runs there (deselected).
 - Tests marked ``single_tcg`` fail at once in a guest that runs under
   QEMU's multi-threaded TCG (NGVM_ACCEL=tcg-multi): they patch kernel code
   that another vCPU executes in a loop, which that mode does not handle
@@ -49,6 +51,13 @@ def stress_length(amount: float) -> float:
 
 def pytest_collection_modifyitems(config, items):
     if IN_GUEST:
+        # the boot that enforces module signatures runs its tests and no other
+        locked = "module.sig_enforce=1" in Path("/proc/cmdline").read_text().split()
+        drop = [item for item in items
+                if (item.get_closest_marker("lockdown_boot") is not None) != locked]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = [item for item in items if item not in drop]
         # the kernel is tainted after an oops: those tests come last
         items.sort(key=lambda item: item.get_closest_marker("oops") is not None)
         return
