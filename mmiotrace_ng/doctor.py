@@ -181,9 +181,11 @@ def format_check(c: Check) -> str:
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
+    from .diff import _Formatter  # paragraphs filled, indented lines kept
+
     ap.epilog = ("exit status:\n  0 every check passed (warnings say what may still be "
                  "needed), 2 one failed")
-    ap.formatter_class = argparse.RawDescriptionHelpFormatter
+    ap.formatter_class = _Formatter
 
 
 def run(args: argparse.Namespace) -> int:
