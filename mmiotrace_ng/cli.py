@@ -524,6 +524,10 @@ def report(args: argparse.Namespace) -> int:
             out.write(text.encode(ENCODING, ERRORS))
     if r.bad:
         print(f"mmiotrace-ng: {r.bad} corrupt records skipped", file=sys.stderr)
+    if rec.unverified:
+        why = " (cut short or overwritten when the tracer was killed?)" if rec.end is None else ""
+        print(f"mmiotrace-ng: {trace.name}: {rec.unverified} bytes of records fail their "
+              f"checksums and are left out{why}", file=sys.stderr)
     if rec.format == 2 and rec.end is None:
         print(f"mmiotrace-ng: {trace.name} ends without its END section: the recording was "
               "cut short (the tracer killed?)", file=sys.stderr)

@@ -10,6 +10,9 @@ Format 2 (what `record` and `--raw` write), all integers little-endian:
           type)
     HEAD  the stream header: the text before the first record (VERSION and
           PCIDEV lines), UTF-8 with surrogateescape (render.ENCODING/ERRORS)
+    RSUM  the checksums of the RING section that follows it: u32 block size
+          B, then the zlib CRC-32 of each B bytes of it (the last block may
+          be shorter)
     RING  bytes copied from the BPF ring buffer as they were: records with
           their 8-byte ring headers, 8-byte aligned, discarded ones included
           (see ringbuf), never a record still being written; a section ends
@@ -19,10 +22,15 @@ Format 2 (what `record` and `--raw` write), all integers little-endian:
     SYMS  /proc/kallsyms at the end of the run, zlib-compressed
     MODS  /proc/modules at the end of the run
 
-Sections come in this order, RING repeated once per drain.  Readers skip tags
-they do not know.  A run that is killed leaves every section flushed before;
-a section cut short at the end is dropped whole except for RING, whose whole
-records are kept (the renderer counts a torn last one as corrupt).
+Sections come in this order, RSUM and RING repeated once per drain.  Readers
+skip tags they do not know.  A run that is killed leaves every section
+flushed before; a section cut short at the end is dropped whole except for
+RING, of which the whole records in its blocks that match their checksums are
+kept.  The checksums are what makes that safe: a write interrupted by the
+kill may leave other bytes than the ones written in the file's last blocks
+(a network file system's server may read the pages after the writer died),
+and records made of those would be made up.  A RING without RSUM (files of
+earlier versions) is taken as it is.
 
 Format 1 (`--raw` of earlier versions) is still read: the magic line
 "mmiotrace-ng raw 1\\n", then u32-length frames, the first the header text,
@@ -50,6 +58,8 @@ RAW1_MAGIC: Final = b"mmiotrace-ng raw 1\n"
 _SECTION: Final = struct.Struct("<4sI")
 _LENGTH: Final = struct.Struct("<I")
 RING_CHUNK: Final = 1 << 22     # a RING section's largest size when reading v1 files
+SUM_BLOCK: Final = 1 << 16      # bytes per checksum: what a kill may cost beyond
+                                # the bytes it kept from being written
 
 
 class NotRawFile(ValueError):
@@ -78,6 +88,7 @@ class RawWriter:
     def ring(self, view: memoryview) -> None:
         """Ring-buffer bytes: whole records, committed or discarded."""
         if view:
+            self._section(b"RSUM", checksums(view))
             self._section(b"RING", view)
             self.fh.flush()
 
@@ -110,22 +121,53 @@ class Recording:
     end: dict | None = None            # None: the run did not end (killed)
     kallsyms: str | None = None
     modules: str | None = None
-    _rings: list[tuple[int, int]] = field(default_factory=list)   # (offset, length)
+    unverified: int = 0                # bytes of RING data left out: checksums not met
+    # (offset, length, checksums or None)
+    _rings: list[tuple[int, int, bytes | None]] = field(default_factory=list)
 
     def ring_chunks(self) -> Iterator[memoryview]:
-        """The RING sections' bytes in order, one section at a time."""
+        """The RING sections' bytes in order, one section at a time (the
+        whole records in them that pass their checksums: the bytes that do
+        not are counted in unverified)."""
+        self.unverified = 0
         if self.format == 1:
             yield from _v1_rings(self.path)
             return
         with open(self.path, "rb") as fh:
-            for off, n in self._rings:
+            for off, n, sums in self._rings:
                 fh.seek(off)
-                data = fh.read(n)
-                yield memoryview(data[: _whole_records(memoryview(data))])
+                data = memoryview(fh.read(n))
+                if sums is not None:
+                    good = verified(data, n, sums)
+                    self.unverified += len(data) - good
+                    data = data[:good]
+                yield data[: _whole_records(data)]
 
     @property
     def pending_lost(self) -> int:
         return int(self.end["pending"]) if self.end else 0
+
+
+def checksums(view: memoryview) -> bytes:
+    """The RSUM section of a RING section's bytes."""
+    sums = [zlib.crc32(view[i : i + SUM_BLOCK]) for i in range(0, len(view), SUM_BLOCK)]
+    return struct.pack(f"<I{len(sums)}I", SUM_BLOCK, *sums)
+
+
+def verified(data: memoryview, length: int, sums: bytes) -> int:
+    """How many bytes at the start of data (a RING section of length bytes,
+    maybe cut short) are in blocks that are whole and match their checksums."""
+    (block,) = _LENGTH.unpack_from(sums)
+    want = struct.unpack_from(f"<{len(sums) // 4 - 1}I", sums, 4)
+    if block <= 0 or len(want) != -(-length // block):
+        return 0
+    good = 0
+    for i, crc in enumerate(want):
+        chunk = data[i * block : (i + 1) * block]
+        if len(chunk) < min(block, length - i * block) or zlib.crc32(chunk) != crc:
+            break
+        good += len(chunk)
+    return good
 
 
 def _whole_records(view: memoryview) -> int:
@@ -150,15 +192,22 @@ def open_recording(path: str, name: str | None = None) -> Recording:
         if magic != MAGIC:
             raise NotRawFile(f"{name} is not a trace recorded by mmiotrace-ng")
         rec = Recording(path, 2)
+        sums: bytes | None = None       # the RSUM before the next RING
         while (head := _read_exact(fh, _SECTION.size)) is not None:
             tag, n = _SECTION.unpack(head)
             if tag == b"RING":
-                rec._rings.append((fh.tell(), n))
+                rec._rings.append((fh.tell(), n, sums))
+                sums = None
                 fh.seek(n, 1)
                 continue
             data = _read_exact(fh, n)
             if data is None:
                 break
+            if tag == b"RSUM":
+                if n < 4 or n % 4:
+                    raise NotRawFile(f"{name}: its RSUM section is damaged")
+                sums = data
+                continue
             try:
                 _section(rec, tag, data)
             except (ValueError, zlib.error) as exc:

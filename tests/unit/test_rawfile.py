@@ -77,17 +77,61 @@ def test_report_prints_what_the_live_tracer_prints(tmp_path, capsys):
 
 def test_report_of_a_killed_recording_keeps_its_whole_records(tmp_path, capsys):
     """A tracer killed while writing leaves a RING section cut short: the
-    whole records in it are printed, and stderr says the file is cut short."""
-    recs = synthetic_access_records(100)
+    whole records in its blocks that are whole (and match their checksums)
+    are printed, and stderr says the file is cut short."""
+    recs = synthetic_access_records(3000)
     record_file(tmp_path / "r", [ringbuf.pack(recs)], end=False)
     data = (tmp_path / "r").read_bytes()
     stride = ringbuf.stride(ACCESS)
+    assert len(recs) * stride > 3 * rawfile.SUM_BLOCK
     (tmp_path / "r").write_bytes(data[: len(data) - 40 * stride - 10])
-    assert rawfile.read_raw(str(tmp_path / "r"))[1] == recs[:59]
+    kept = 3 * rawfile.SUM_BLOCK // stride          # the blocks before the torn last one
+    assert rawfile.read_raw(str(tmp_path / "r"))[1] == recs[:kept]
     assert cli.main(["report", str(tmp_path / "r")]) == 0
     out, err = capsys.readouterr()
-    assert out == HEADER + Renderer().feed_batch(recs[:59])
-    assert "cut short" in err
+    assert out == HEADER + Renderer().feed_batch(recs[:kept])
+    torn = (len(recs) - 40) * stride - 10 - 3 * rawfile.SUM_BLOCK     # the last block's bytes
+    assert "cut short" in err and f" {torn} bytes of records fail their checksums" in err
+
+
+def test_a_section_whose_tail_was_overwritten_keeps_only_its_verified_blocks(tmp_path, capsys):
+    """What a kill left on a 9p file system: the section's last bytes are
+    other records of the ring, written over the ones copied (a record torn
+    in the middle, its fields made of the next one's).  Only whole blocks
+    that match their checksums are printed; nothing made up is."""
+    recs = synthetic_access_records(3000)
+    stride = ringbuf.stride(ACCESS)
+    image = ringbuf.pack(recs)
+    tear = 2 * rawfile.SUM_BLOCK + 7 * stride + 48          # inside a record's data
+    later = ringbuf.pack(synthetic_access_records(3000)[::-1])
+    record_file(tmp_path / "r", [ringbuf.pack(recs[:10]), image], end=False)
+    data = (tmp_path / "r").read_bytes()
+    at = data.rindex(image)
+    left = len(image) - tear - 9000
+    (tmp_path / "r").write_bytes(data[: at + tear] + later[:left])
+    kept = 2 * rawfile.SUM_BLOCK // stride
+    assert rawfile.read_raw(str(tmp_path / "r"))[1] == recs[:10] + recs[:kept]
+    assert cli.main(["report", str(tmp_path / "r")]) == 0
+    out, err = capsys.readouterr()
+    assert out == HEADER + Renderer().feed_batch(recs[:10] + recs[:kept])
+    assert f" {tear + left - 2 * rawfile.SUM_BLOCK} bytes of records fail their checksums" in err
+    assert "corrupt" not in err
+
+
+def test_a_damaged_block_in_the_middle_is_left_out_and_said(tmp_path, capsys):
+    recs = synthetic_access_records(2000)
+    record_file(tmp_path / "r", [ringbuf.pack(recs[:1000]), ringbuf.pack(recs[1000:])])
+    data = bytearray((tmp_path / "r").read_bytes())
+    data[data.index(ringbuf.pack(recs[:1])) + 100] ^= 1      # a bit flipped in block 0
+    (tmp_path / "r").write_bytes(bytes(data))
+    # the section's records from the damaged block on: the ones after it
+    # cannot be told from the bytes of a record that straddles it
+    assert rawfile.read_raw(str(tmp_path / "r"))[1] == recs[1000:]
+    assert cli.main(["report", str(tmp_path / "r")]) == 0
+    out, err = capsys.readouterr()
+    assert out == HEADER + Renderer().feed_batch(recs[1000:]) + lost_line(3)
+    assert err == (f"mmiotrace-ng: {tmp_path / 'r'}: {1000 * ringbuf.stride(ACCESS)} bytes of "
+                   "records fail their checksums and are left out\n")
 
 
 def test_format_1_files_are_still_read(tmp_path):
