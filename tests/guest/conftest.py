@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -76,41 +77,68 @@ def pytest_runtest_setup(item):
                     "(tests/vm/run --accel tcg-single ... -m single_tcg)", pytrace=False)
 
 
+LOST_LOG_RECORDS = "[kernel log records were lost]"
+
+
 class KernelLog:
-    """New /dev/kmsg records since construction (nothing older)."""
+    """New /dev/kmsg records since construction (nothing older), read as
+    they come by a thread, so that a test that logs a lot does not see its
+    oldest records overwritten first.  Records lost all the same (the
+    buffer wrapped between two reads) leave LOST_LOG_RECORDS, which fails
+    the test: what they said cannot be checked."""
 
     def __init__(self) -> None:
         self._fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
         os.lseek(self._fd, 0, os.SEEK_END)
         self._seen: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._follow, daemon=True)
+        self._reader.start()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(0.2):
+            self.new_lines()
 
     def all_lines(self) -> list[str]:
         """Every record since construction, whoever read them before."""
         self.new_lines()
-        return list(self._seen)
+        with self._lock:
+            return list(self._seen)
 
     def new_lines(self) -> list[str]:
+        """The records read by this call (the thread reads too: callers
+        want all_lines)."""
         lines: list[str] = []
-        while True:
-            try:
-                rec = os.read(self._fd, 16384)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:   # overwritten records: go on
-                    lines.append("[kernel log records were lost]")
-                    continue
-                raise
-            if not rec:
-                break
-            _head, _, msg = rec.decode(errors="replace").partition(";")
-            # Continuation lines (" KEY=value") are metadata; keep the text.
-            lines.extend(m for m in msg.split("\n") if m and not m.startswith(" "))
-        self._seen.extend(lines)
+        with self._lock:
+            while True:
+                try:
+                    rec = os.read(self._fd, 16384)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:   # overwritten records: go on
+                        lines.append(LOST_LOG_RECORDS)
+                        continue
+                    raise
+                if not rec:
+                    break
+                _head, _, msg = rec.decode(errors="replace").partition(";")
+                # Continuation lines (" KEY=value") are metadata; keep the text.
+                lines.extend(m for m in msg.split("\n") if m and not m.startswith(" "))
+            self._seen.extend(lines)
         return lines
 
     def close(self) -> None:
+        self._stop.set()
+        self._reader.join()
         os.close(self._fd)
+
+
+def bad_log_lines(lines: list[str]) -> list[str]:
+    """The lines that fail a test: BAD_KERNEL_LOG's, and the mark of records
+    that were lost before they could be read."""
+    return [line for line in lines if BAD_KERNEL_LOG.search(line) or line == LOST_LOG_RECORDS]
 
 
 # the lines of one oops report on a page fault that match BAD_KERNEL_LOG
@@ -130,7 +158,7 @@ def dmesg_clean(request):
     log = KernelLog()
     try:
         yield log
-        bad = [line for line in log.all_lines() if BAD_KERNEL_LOG.search(line)]
+        bad = bad_log_lines(log.all_lines())
         if request.node.get_closest_marker("oops"):
             bad = one_oops_or_nothing(bad)
     finally:

@@ -50,16 +50,40 @@ def rmmod_helper() -> None:
     assert not Path("/sys/module/mmiotng").exists()
 
 
-def assert_left_whole(exerciser, timeout: float = 10) -> None:
-    """After a tracer has gone (however it went): every page of the held
-    mapping is present again, using the device makes the helper take no
-    fault, the helper unloads, and the mapping works without it."""
-    virt, pages, present = held_pages()
+def wait_whole(timeout: float = 10) -> None:
+    """Every page of the held mapping present in the page table (within
+    timeout): what a tracer must leave when it goes, however it goes."""
+    _virt, pages, present = held_pages()
     deadline = time.monotonic() + timeout
     while present != pages and time.monotonic() < deadline:
         time.sleep(0.1)
         present = held_pages()[2]
     assert present == pages, f"{pages - present} of {pages} pages left not-present"
+
+
+def wait_armed(timeout: float = 300) -> None:
+    """Until no page of the held mapping is present (a tracer armed it)."""
+    deadline = time.monotonic() + timeout
+    while held_pages()[2] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert held_pages()[2] == 0, "the held mapping was not armed"
+
+
+def arm_held(h, start: int) -> None:
+    """ARM_EXISTING of the held mapping through h (a netlink HelperSocket
+    whose filter covers it), as the CLI arms a mapping made before it: no
+    page of it is present afterwards."""
+    virt, pages, _present = held_pages()
+    h.arm_existing(virt, pages * 4096, start)
+    assert held_pages()[2] == 0, "the held mapping was not armed"
+
+
+def assert_left_whole(exerciser, timeout: float = 10) -> None:
+    """After a tracer has gone (however it went): every page of the held
+    mapping is present again, using the device makes the helper take no
+    fault, the helper unloads, and the mapping works without it."""
+    virt, pages, _present = held_pages()
+    wait_whole(timeout)
     before = helper_status()["faults"]
     hold("touch")
     exerciser.run("readl")

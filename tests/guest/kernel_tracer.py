@@ -385,10 +385,11 @@ def to_records(text: str, base: int = 0, *, with_headers: bool = False,
 def device_stream(text: str, bars: list[tuple[int, int]]) -> list[tuple]:
     """Every record of one device's mappings, in order, for comparing two
     tracers record for record: MAP (offset into the BAR it maps, length),
-    R/W/UNKNOWN and UNMAP of those mappings (found by map id), every MARK
-    and LOST, and ("?", line) for a line that parses as nothing.  Only a run
-    of identical reads collapses into one (a polling loop repeats a read a
-    timing-dependent number of times); repeated writes stay as they are.
+    R/W (width, (BAR, offset), value, pc), UNKNOWN and UNMAP of those
+    mappings (found by map id), every MARK and LOST, and ("?", line) for a
+    line that parses as nothing.  Repeated reads count one by one: QEMU's
+    devices answer a poll at once, so a load repeats a read as often under
+    either tracer, and a tracer that dropped or doubled one must fail.
     Records of other mappings (the kernel's tracer maps every ioremap) are
     left out."""
     def bar_of(phys: int) -> tuple[int, int] | None:
@@ -408,8 +409,8 @@ def device_stream(text: str, bars: list[tuple[int, int]]) -> list[tuple]:
                 ours.add(m.group(2))
                 rec = ("MAP", *where, int(m.group(5), 16))
         elif m := _RW.match(line):
-            op, width, _t, mid, phys, value, _pc, _pid = m.groups()
-            rec = ((op, int(width), bar_of(int(phys, 16)), int(value, 16))
+            op, width, _t, mid, phys, value, pc, _pid = m.groups()
+            rec = ((op, int(width), bar_of(int(phys, 16)), int(value, 16), int(pc, 16))
                    if mid in ours else None)
         elif m := _UNKNOWN.match(line):
             _t, mid, phys, b0, b1, b2, _pc, _pid = m.groups()
@@ -427,10 +428,15 @@ def device_stream(text: str, bars: list[tuple[int, int]]) -> list[tuple]:
             rec = None
         else:
             rec = ("?", line)
-        if rec is None or (rec[0] == "R" and out and out[-1] == rec):
-            continue
-        out.append(rec)
+        if rec is not None:
+            out.append(rec)
     return out
+
+
+def repeated_reads(recs: list[tuple]) -> list[int]:
+    """Indexes of the reads that repeat the record before them exactly (for
+    showing that a comparison counts them: drop one and it must fail)."""
+    return [i for i in range(1, len(recs)) if recs[i][0] == "R" and recs[i] == recs[i - 1]]
 
 
 def between(text: str, begin: str, end: str) -> str:

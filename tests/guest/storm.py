@@ -6,9 +6,11 @@ with mmiotrace-ng tracing the edu device at its default buffer size, its
 output read from a pipe and counted line by line here (nothing is stored).
 Checks: the records in the output plus the losses its "Lost N events" lines
 report equal the records made, exactly, and agree with the tracer's own
-summary; the tracer exits 0; afterwards the helper holds no filter, mapping
-or armed page and the device still works untraced; the tracer's RSS stays
-flat (printed every 10 s); dmesg clean.  Exit status 0 when all hold.
+summary; the tracer exits 0; afterwards every page of a mapping of the device
+held across the run is present again (the page table, not the helper's
+word), the helper holds no filter, mapping or armed page and the device
+still works untraced; the tracer's RSS stays flat (sampled at least four
+times, every 10 s at most); dmesg clean.  Exit status 0 when all hold.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from conftest import BAD_KERNEL_LOG, EXERCISER_DEBUGFS, EXERCISER_KO, KernelLog  # noqa: E402
+from conftest import EXERCISER_DEBUGFS, EXERCISER_KO, KernelLog, bad_log_lines  # noqa: E402
 from kernel_tracer import find_pci_device  # noqa: E402
 from ng_tracer import NG, helper_status  # noqa: E402
 from storm_count import LineCounter, verdict  # noqa: E402
@@ -34,6 +36,27 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+HOLD = EXERCISER_DEBUGFS / "hold"
+
+
+def held_present() -> tuple[int, int]:
+    """(pages, present) of the exerciser's held mapping (see held.py)."""
+    words = HOLD.read_text().split()
+    return int(words[3]), int(words[5])
+
+
+def left_whole() -> bool:
+    """Every page of the held mapping present again within 10 s."""
+    deadline = time.monotonic() + 10
+    while (got := held_present())[1] != got[0] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if got[1] != got[0]:
+        print(f"storm: FAIL: {got[0] - got[1]} of {got[0]} held pages left not-present",
+              file=sys.stderr)
+        return False
+    return True
 
 
 def helper_idle() -> bool:
@@ -60,6 +83,7 @@ def main() -> int:
     if not Path("/sys/module/edu_exerciser").exists():
         subprocess.run(["insmod", str(EXERCISER_KO)], check=True)
     dev = find_pci_device(0x1234, 0x11E8)
+    HOLD.write_text("map")
     err = open("/tmp/storm.err", "w+")
     proc = subprocess.Popen([*NG, "--pci", dev.name], stdout=subprocess.PIPE, stderr=err)
     counter = LineCounter(proc.stdout)
@@ -70,6 +94,10 @@ def main() -> int:
             return 1
         time.sleep(0.5)
     pid = proc.pid   # the shim execs python: the same process
+    if held_present()[1]:
+        print("storm: FAIL: ready, but the held mapping is not armed", file=sys.stderr)
+        return 1
+    every = min(10.0, args.seconds / 4)
     runs, t0, next_report, rss = 0, time.monotonic(), 0.0, []
     while time.monotonic() - t0 < args.seconds:
         (EXERCISER_DEBUGFS / "run").write_text(f"burst {args.count}\n")
@@ -79,7 +107,7 @@ def main() -> int:
             rss.append(rss_kib(pid))
             print(f"storm: {now:6.0f} s, {runs} bursts, tracer RSS {rss[-1]} KiB",
                   file=sys.stderr, flush=True)
-            next_report += 10
+            next_report += every
     proc.send_signal(signal.SIGINT)
     status = proc.wait(600)
     counter.join(600)
@@ -93,12 +121,18 @@ def main() -> int:
     for why in failures:
         print(f"storm: FAIL: {why}", file=sys.stderr)
     ok = not failures
+    ok = left_whole() and ok
+    HOLD.write_text("unmap")
     ok = helper_idle() and ok
-    # flat: after warm-up it grows by less than 10 %
-    if max(rss[1:] or rss) > 1.1 * (rss[1] if len(rss) > 1 else rss[0]):
+    # flat: after warm-up (the first sample) it grows by less than 10 %
+    if len(rss) < 3:
+        print(f"storm: FAIL: {len(rss)} memory samples: too few to see growth", file=sys.stderr)
+        ok = False
+    elif max(rss[1:]) > 1.1 * rss[1]:
         print("storm: FAIL: the tracer's memory grows", file=sys.stderr)
         ok = False
-    bad = [ln for ln in log.new_lines() if BAD_KERNEL_LOG.search(ln)]
+    bad = bad_log_lines(log.all_lines())
+    log.close()
     if bad:
         print("storm: FAIL: kernel log:\n" + "\n".join(bad), file=sys.stderr)
         ok = False

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXERCISER_DEBUGFS, stress_length
-from held import ensure_helper, rmmod_helper
+from held import arm_held, assert_left_whole, ensure_helper, held_pages, hold, rmmod_helper
 from kernel_tracer import find_pci_device, to_records
 from ng_tracer import MARKER, REPO, NgTracer, helper_status
 from test_reliability import PY
@@ -121,10 +121,13 @@ def test_stress_file_lists_the_new_scenarios(exerciser):
     stress("maploop 100")
 
 
-def test_arm_live_mapping_while_striding(exerciser):
+def test_arm_live_mapping_while_striding(held):
     """Item 1: ARM_EXISTING of a 1 MiB mapping another CPU strides through,
-    armed and disarmed thousands of times: no oops, no wrong value."""
-    ensure_helper()
+    armed and disarmed thousands of times: no oops, no wrong value.  A held
+    mapping is armed and disarmed with it: every page of it is present
+    after each delete (the page table, not the helper's word)."""
+    exerciser = held
+    hold("map")
     start, length = exerciser.bar0
     # the striding CPU walks the page tables again every round, as after a
     # context switch: a page cleared before its mapping is listed faults
@@ -138,9 +141,13 @@ def test_arm_live_mapping_while_striding(exerciser):
             while time.monotonic() < deadline and cycles < 5000:
                 h.filter_add(start, length)
                 h.arm_existing(virt, length, start)
+                if cycles % 16 == 0:
+                    arm_held(h, start)
                 h.filter_del(start, length)
                 st = h.status()
                 assert st.armed_pages == 0 and st.mappings == 0, (cycles, st)
+                _virt, pages, present = held_pages()
+                assert present == pages, f"after filter_del #{cycles}: {present} of {pages}"
                 cycles += 1
                 if cycles % 64 == 0:
                     run.check_alive()
@@ -151,11 +158,14 @@ def test_arm_live_mapping_while_striding(exerciser):
         run.kill()
         (EXERCISER_DEBUGFS / "stride_flush").write_text("0\n")
     assert cycles >= 200
+    assert_left_whole(exerciser)
 
 
 def _filter_cycles(exerciser, run: StressRun, seconds: float) -> int:
-    """Add and delete BAR0's filter for seconds beside the running maploop;
-    after every delete nothing is armed.  The number of cycles."""
+    """Add and delete BAR0's filter for seconds beside the running maploop,
+    the held mapping armed under every other one; after every delete
+    nothing is armed, and every page of the held mapping is present.  The
+    number of cycles."""
     start, length = exerciser.bar0
     rnd = random.Random(12)
     cycles = 0
@@ -163,10 +173,14 @@ def _filter_cycles(exerciser, run: StressRun, seconds: float) -> int:
     with nl.HelperSocket() as h:
         while time.monotonic() < deadline:
             h.filter_add(start, length)
+            if cycles % 2 == 0:
+                arm_held(h, start)
             time.sleep(rnd.uniform(0, 0.004))
             h.filter_del(start, length)
             st = h.status()
             assert st.armed_pages == 0 and st.mappings == 0, f"after filter_del #{cycles}: {st}"
+            _virt, pages, present = held_pages()
+            assert present == pages, f"after filter_del #{cycles}: {present} of {pages}"
             cycles += 1
             if cycles % 32 == 0:
                 run.check_alive()
@@ -174,11 +188,12 @@ def _filter_cycles(exerciser, run: StressRun, seconds: float) -> int:
     return cycles
 
 
-def test_filter_del_racing_ioremap(exerciser):
+def test_filter_del_racing_ioremap(held):
     """Item 2: filters come and go while the driver maps, holds and unmaps a
     page in a loop; after every delete nothing is armed and the driver
     reads the right values.  (No code is patched: multi-threaded TCG.)"""
-    ensure_helper()
+    exerciser = held
+    hold("map")
     (EXERCISER_DEBUGFS / "maploop_hold_us").write_text("20000\n")
     run = StressRun(f"maploop {FOREVER}")
     try:
@@ -190,16 +205,17 @@ def test_filter_del_racing_ioremap(exerciser):
     finally:
         run.kill()
         (EXERCISER_DEBUGFS / "maploop_hold_us").write_text("0\n")
-    exerciser.run("readl")
+    assert_left_whole(exerciser)
 
 
 @pytest.mark.single_tcg
-def test_rmmod_under_a_running_maploop(exerciser):
+def test_rmmod_under_a_running_maploop(held):
     """Item 2, the unload: after filters came and went beside the loop, the
     helper is unloaded (no controller) while the driver maps, holds and
     unmaps a page in a loop: the unload happens, and the driver keeps
     working."""
-    ensure_helper()
+    exerciser = held
+    hold("map")
     (EXERCISER_DEBUGFS / "maploop_hold_us").write_text("20000\n")
     run = StressRun(f"maploop {FOREVER}")
     try:
@@ -214,7 +230,7 @@ def test_rmmod_under_a_running_maploop(exerciser):
         run.kill()
         (EXERCISER_DEBUGFS / "maploop_hold_us").write_text("0\n")
         ensure_helper()
-    exerciser.run("readl")
+    assert_left_whole(exerciser)
 
 
 def test_another_filter_coming_and_going_beside_a_traced_loop(exerciser):
@@ -256,10 +272,13 @@ def test_another_filter_coming_and_going_beside_a_traced_loop(exerciser):
 
 
 @pytest.mark.single_tcg
-def test_rmmod_with_session_racing_ioremap(exerciser):
+def test_rmmod_with_session_racing_ioremap(held):
     """Item 2, at module exit: the helper is unloaded while a controller
-    traces the BAR and the driver maps and unmaps it in a loop.  Refused, or
-    unloaded with nothing left armed: the driver keeps working, no oops."""
+    traces the BAR (a held mapping of it armed) and the driver maps and
+    unmaps it in a loop.  Refused, or unloaded with every page of the held
+    mapping present again: the driver keeps working, no oops."""
+    exerciser = held
+    hold("map")
     start, length = exerciser.bar0
     (EXERCISER_DEBUGFS / "maploop_hold_us").write_text("20000\n")
     run = StressRun(f"maploop {FOREVER}")
@@ -270,11 +289,14 @@ def test_rmmod_with_session_racing_ioremap(exerciser):
             ensure_helper()
             with nl.HelperSocket() as h:
                 h.filter_add(start, length)
+                arm_held(h, start)
                 time.sleep(0.5)
                 res = subprocess.run(["rmmod", "mmiotng"], capture_output=True, text=True,
                                      timeout=120)
                 if res.returncode == 0:
                     assert not Path("/sys/module/mmiotng").exists()
+                    _virt, pages, present = held_pages()
+                    assert present == pages, f"unloaded, {pages - present} pages not present"
                     unloaded += 1
                 time.sleep(1.0)          # the loop maps and reads on, untraced
                 run.check_alive()
@@ -285,10 +307,10 @@ def test_rmmod_with_session_racing_ioremap(exerciser):
         ensure_helper()
     print(f"helper unloaded under a session {unloaded} of 4 times")
     assert unloaded >= 1, "rmmod was refused every time: no unload was tested"
-    exerciser.run("readl")
+    assert_left_whole(exerciser)
 
 
-def test_arm_existing_racing_iounmap(exerciser):
+def test_arm_existing_racing_iounmap(held):
     """Item 3: ARM_EXISTING of a mapping being unmapped, over and over; then
     the freed addresses are reused by new mappings (a stale entry written
     back would trip vmap's BUG_ON(!pte_none)).  The ioremap probe arms
@@ -296,8 +318,10 @@ def test_arm_existing_racing_iounmap(exerciser):
     anew each round, after the mapping of the moment was read (the loop
     holds each for 20 ms): made before the filter, unarmed, ARM_EXISTING
     arms it as its iounmap comes or goes; the filter's delete then restores
-    what was armed."""
-    ensure_helper()
+    what was armed.  A held mapping armed beside it every round is whole
+    at the end."""
+    exerciser = held
+    hold("map")
     start, length = exerciser.bar0
     (EXERCISER_DEBUGFS / "maploop_hold_us").write_text("20000\n")
     run = StressRun(f"maploop {FOREVER}")
@@ -317,6 +341,8 @@ def test_arm_existing_racing_iounmap(exerciser):
                     except nl.HelperError as exc:
                         code = exc.errno
                     codes[code] = codes.get(code, 0) + 1
+                if n % 10 == 0:
+                    arm_held(h, start)
                 h.filter_del(start, length)
                 n += 1
                 if n % 50 == 0:
@@ -335,6 +361,7 @@ def test_arm_existing_racing_iounmap(exerciser):
     stress("maploop 40000")
     assert helper_status()["armed_pages"] == 0
     assert sum(codes.values()) > 100 and codes.get(0, 0) > 0, codes
+    assert_left_whole(exerciser)
 
 
 CAP_NET_ADMIN_ONLY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

@@ -6,7 +6,7 @@ i6300esb) and sdhci-pci (one 256-byte BAR, driver sdhci-pci), both kept from
 loading at boot; SeaBIOS packs such BARs, so they can share a page with
 another device's BAR.  Each driver is loaded and unloaded under the kernel's
 tracer, then under mmiotrace-ng --compat: the records of the device's BAR
-must be the same, polling reads collapsed.  An exerciser scenario maps a
+must be the same, repeated reads counted one by one.  An exerciser scenario maps a
 16-byte window of the edu BAR on its own.
 """
 
@@ -41,7 +41,8 @@ def load_unload(driver: str) -> None:
 
 def bar_records_by_task(text: str, start: int, size: int) -> list[tuple[tuple, int]]:
     """The records of one BAR, offsets from its start, each with the pid its
-    line names (0 where the tracer prints none); runs of one read collapsed."""
+    line names (0 where the tracer prints none); repeated reads count one by
+    one."""
     out: list[tuple[tuple, int]] = []
     for line in text.splitlines():
         for r in to_records(line, start):
@@ -52,12 +53,11 @@ def bar_records_by_task(text: str, start: int, size: int) -> list[tuple[tuple, i
                 out.append((r, pid))
             elif r[0] in ("?", "LOST"):
                 out.append((r, pid))
-    return [x for i, x in enumerate(out)
-            if not (i and x[0][0] == "R" and out[i - 1][0] == x[0])]
+    return out
 
 
 def bar_records(text: str, start: int, size: int) -> list[tuple]:
-    """The records of one BAR, offsets from its start; runs of one read collapsed."""
+    """The records of one BAR, offsets from its start."""
     return [r for r, _pid in bar_records_by_task(text, start, size)]
 
 
@@ -76,6 +76,38 @@ def interleaves(whole: list[tuple], parts: list[list[tuple]]) -> bool:
     return sum(map(len, parts)) == len(whole) and rest((0,) * len(parts))
 
 
+ATTEMPTS = 3
+
+
+def compare_once(driver: str, start: int, size: int, name: str) -> str | None:
+    """One load and unload under the kernel's tracer, one under
+    mmiotrace-ng: None if the device's records agree, else why not."""
+    kernel = capture(lambda: load_unload(driver), quiet=2.0, timeout=300)
+    t = NgTracer(["--pci", name, "--compat", "--pid", "--", "sh", "-c",
+                  f"modprobe {driver} && rmmod {driver}"], f"ng-{driver}")
+    t.start()
+    assert t.proc.wait(600) == 0, t.stderr()
+    k, ours = bar_records(kernel, start, size), bar_records_by_task(t.text(), start, size)
+    o = [r for r, _pid in ours]
+    assert sum(r[0] in ("R", "W") for r in k) >= 2, k
+    assert any(r[0] == "MAP" for r in o), o
+    assert "NOT traced" not in t.text()
+    if o == k:
+        return None
+    tasks = {pid: [r for r, p in ours if p == pid] for pid in dict.fromkeys(p for _, p in ours)}
+    # a task that only read (an interrupt thread, a card-detect poll)
+    # polls as often as the timing makes it: its reads may be more or
+    # fewer than in the kernel's run on one CPU
+    readers = [p for p, v in tasks.items() if all(r[0] == "R" for r in v)]
+    if len(tasks) > 1 and any(interleaves(k, [v for p, v in tasks.items() if p not in drop])
+                              for drop in ([], readers)):
+        return None
+    return "\n".join([f"{len(tasks)} tasks accessed the device: "
+                      f"{ {p: len(v) for p, v in tasks.items()} }",
+                      f"the kernel's: {k}",
+                      *(f"task {pid}: {recs}" for pid, recs in tasks.items())])
+
+
 @pytest.mark.parametrize("driver", list(DEVICES))
 def test_small_bar_driver_matches_kernel(driver):
     """The device's records under mmiotrace-ng are the kernel tracer's.  The
@@ -84,34 +116,21 @@ def test_small_bar_driver_matches_kernel(driver):
     on PREEMPT_RT) can come at another point among the probe's: then each
     task's accesses must be the kernel's in the kernel's order, and the
     kernel's sequence an interleaving of them (of those of the tasks that
-    wrote, if the reads of a task that only read differ in number)."""
+    wrote, if the reads of a task that only read differ in number).
+
+    sdhci's card-detect work also runs a number of times that depends on the
+    timing (a rescan that the removal may cancel or not), under either
+    tracer: a load and unload whose records differ is done again, under
+    both, up to ATTEMPTS times in all, and every difference is printed."""
     dev = device(driver)
     start, size = dev.bars[0]
     subprocess.run(["rmmod", driver], capture_output=True)
     load_unload(driver)             # the first load after boot finds another state
-    kernel = capture(lambda: load_unload(driver), quiet=2.0, timeout=300)
-    t = NgTracer(["--pci", dev.name, "--compat", "--pid", "--", "sh", "-c",
-                  f"modprobe {driver} && rmmod {driver}"], f"ng-{driver}")
-    t.start()
-    assert t.proc.wait(600) == 0, t.stderr()
-    k, ours = bar_records(kernel, start, size), bar_records_by_task(t.text(), start, size)
-    o = [r for r, _pid in ours]
-    assert sum(r[0] in ("R", "W") for r in k) >= 2, k
-    assert any(r[0] == "MAP" for r in o), o
-    if o != k:
-        tasks = {pid: [r for r, p in ours if p == pid] for pid in dict.fromkeys(p for _, p in ours)}
-        print(f"{len(tasks)} tasks accessed the device:", {p: len(v) for p, v in tasks.items()})
-        print("the kernel's:", k)
-        for pid, recs in tasks.items():
-            print(f"task {pid}:", recs)
-        # a task that only read (an interrupt thread, a card-detect poll)
-        # polls as often as the timing makes it: its reads may be more or
-        # fewer than in the kernel's run on one CPU
-        readers = [p for p, v in tasks.items() if all(r[0] == "R" for r in v)]
-        assert len(tasks) > 1 and any(
-            interleaves(k, [v for p, v in tasks.items() if p not in drop])
-            for drop in ([], readers)), (o, k)
-    assert "NOT traced" not in t.text()
+    diffs: list[str] = []
+    while len(diffs) < ATTEMPTS and (why := compare_once(driver, start, size, dev.name)):
+        diffs.append(why)
+        print(f"attempt {len(diffs)}:", why)
+    assert len(diffs) < ATTEMPTS, "\n".join(diffs)
     st = helper_status()
     assert st["armed_pages"] == 0 and st["filters"] == 0, st
 
