@@ -13,6 +13,7 @@ from conftest import EXERCISER_DEBUGFS
 from held import held_pages, hold
 from kernel_tracer import map_id_problems
 from ng_tracer import NgTracer
+from test_engine_safety import stress
 
 RW = re.compile(r"^(R|W) (\d+) \S+ (-?\d+) (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+) (\d+)$")
 
@@ -61,6 +62,23 @@ def test_pc_and_pid_name_the_code_and_process_that_accessed(exerciser):
         assert int(pid) == pids["readl"], f"pid {pid}, the writer was {pids['readl']}"
         assert symbol_of(syms, int(pc, 16)) == ("sc_readl", "edu_exerciser"), pc
     assert map_id_problems(t.text()) == []
+
+
+def test_pc_is_the_address_of_the_access_instruction(exerciser):
+    """--pc of a write and a read: the addresses of the two instructions,
+    exactly, as the exerciser took them with labels (one instruction off
+    would be in the same function and pass the test above)."""
+    t = NgTracer(["--pci", exerciser.dev.name, "--pc"], "ng-pc").start()
+    try:
+        text = t.section(lambda: stress("pc"))
+    finally:
+        assert t.stop() == 0, t.stderr()
+    want = [("W", int((EXERCISER_DEBUGFS / "pc_write").read_text(), 16)),
+            ("R", int((EXERCISER_DEBUGFS / "pc_read").read_text(), 16))]
+    assert want[0][1] and want[1][1] > want[0][1], want
+    got = [(op, int(pc, 16)) for ln in text.splitlines() if (m := RW.match(ln))
+           for op, pc in [(m[1], m[6])]]
+    assert got == want, [(op, hex(pc)) for op, pc in got + want]
 
 
 def test_without_pc_and_pid_both_are_zero(exerciser):

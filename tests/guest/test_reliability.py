@@ -36,9 +36,11 @@ KILL_CYCLES = round(stress_length(12))
 E1000_ID = (0x8086, 0x100E)
 
 def spawn_controller(start: int, length: int) -> tuple[int, int]:
-    """A child process that arms the range as mmiotrace-ng does, then waits to
-    be killed; forked, so it needs no interpreter start-up.  (pid, pipe fd):
-    the pipe says "armed" once the filter is in place."""
+    """A child process that arms the range as mmiotrace-ng does (the filter,
+    then the held mapping made before it), then waits to be killed; forked,
+    so it needs no interpreter start-up.  (pid, pipe fd): the pipe says
+    "armed" once both are in place."""
+    virt, pages, _present = held_pages()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -46,6 +48,8 @@ def spawn_controller(start: int, length: int) -> tuple[int, int]:
             os.close(r)
             h = nl.HelperSocket()
             h.filter_add(start, length)
+            if pages:
+                h.arm_existing(virt, pages * 4096, start)
             os.write(w, b"armed\n")
             time.sleep(3600)
         finally:
@@ -110,15 +114,17 @@ def test_sigkill_controller_cycles(held):
     with Workload(exerciser) as work:
         for i in range(KILL_CYCLES):
             pid, pipe = spawn_controller(start, length)
-            if rnd.random() < 0.7:      # armed, the driver mapping and accessing
-                assert os.read(pipe, 16) == b"armed\n"
-                assert held_pages()[2] == 0, "the held mapping is not armed"
-                time.sleep(rnd.uniform(0, 0.3))
-            else:                      # somewhere in start-up
-                time.sleep(rnd.uniform(0, 0.05))
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(pipe)
+            try:
+                if rnd.random() < 0.7:      # armed, the driver mapping and accessing
+                    assert os.read(pipe, 16) == b"armed\n"
+                    assert held_pages()[2] == 0, "the held mapping is not armed"
+                    time.sleep(rnd.uniform(0, 0.3))
+                else:                      # somewhere in start-up
+                    time.sleep(rnd.uniform(0, 0.05))
+            finally:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                os.close(pipe)
             assert_disarmed()
             print(f"cycle {i}: ok, {work.runs} scenario runs", flush=True)
         assert work.runs > KILL_CYCLES

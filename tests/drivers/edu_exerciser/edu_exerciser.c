@@ -115,12 +115,15 @@ struct edu_ex {
 	resource_size_t moved_from;	/* BAR0's range before the last "move" */
 	struct dentry *dir;
 	struct mutex lock;	/* one scenario at a time */
+	struct mutex hold_lock;	/* held, held_last; taken inside lock */
 	unsigned int errors;	/* wrong values seen by the current run */
 	u64 mismatches;		/* wrong values seen by the last burst run */
 	int burst_cpu[2];	/* where the threads of the last burst ran */
 	unsigned long stride_virt;	/* live mapping of "stride", or 0 */
 	unsigned long maploop_virt;	/* live mapping of "maploop", or 0 */
 	unsigned long wc_virt;		/* live mapping of "wc_loop", or 0 */
+	u64 pc_read;			/* "pc": its readl instruction's address */
+	u64 pc_write;			/* "pc": its writel instruction's address */
 	u32 memset_bytes;	/* the last "memset" stored byte by byte */
 	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
@@ -956,6 +959,32 @@ static int st_wc_loop(struct edu_ex *ex, unsigned int count)
 }
 
 /*
+ * One writel of 0x04 and one readl of it, each one instruction whose address
+ * is taken with a label (as readl()/writel() would make them: movl to and
+ * from memory), kept in pc_write and pc_read for the test of --pc.
+ */
+static int st_pc(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+	unsigned long ip;
+	u32 v = 0x5a5a0001;
+
+	if (!base)
+		return -ENOMEM;
+	asm volatile("1: movl %2, %0\n\tleaq 1b(%%rip), %1"
+		     : "=m" (*(volatile u32 __force *)(base + EDU_REG_LIVE)), "=r" (ip)
+		     : "r" (v) : "memory");
+	ex->pc_write = ip;
+	asm volatile("1: movl %2, %0\n\tleaq 1b(%%rip), %1"
+		     : "=r" (v), "=r" (ip)
+		     : "m" (*(volatile u32 __force *)(base + EDU_REG_LIVE)) : "memory");
+	ex->pc_read = ip;
+	edu_check(ex, "readl live (pc)", v, ~0x5a5a0001U);
+	edu_unmap(ex, base);
+	return edu_result(ex);
+}
+
+/*
  * A kernel variable for the hardware-breakpoint tracer (mmiotrace-ng ksym):
  * written COUNT times from edu_watch_writer, read COUNT times from
  * edu_watch_reader, touched nowhere else.
@@ -1321,6 +1350,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "COUNT readq of 0xffc, irqs off 1 ms each; the next CPU reads 0x20 meanwhile" },
 	{ "movs_cross", st_movs_cross, false,
 	  "one movsl from 0x00 to 0xffe (across the page) of a 2-page mapping" },
+	{ "pc", st_pc, false,
+	  "writel, readl 0x04; their instructions' addresses in pc_write, pc_read" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
@@ -1600,9 +1631,9 @@ static int edu_hold_show(struct seq_file *m, void *unused)
 {
 	struct edu_ex *ex = m->private;
 
-	mutex_lock(&ex->lock);
+	mutex_lock(&ex->hold_lock);
 	edu_show_range(m, ex, (unsigned long)ex->held);
-	mutex_unlock(&ex->lock);
+	mutex_unlock(&ex->hold_lock);
 	return 0;
 }
 
@@ -1615,9 +1646,9 @@ static int edu_held_last_show(struct seq_file *m, void *unused)
 {
 	struct edu_ex *ex = m->private;
 
-	mutex_lock(&ex->lock);
+	mutex_lock(&ex->hold_lock);
 	edu_show_range(m, ex, ex->held_last);
-	mutex_unlock(&ex->lock);
+	mutex_unlock(&ex->hold_lock);
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(edu_held_last);
@@ -1699,6 +1730,7 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 {
 	struct edu_ex *ex = ((struct seq_file *)file->private_data)->private;
 	char cmd[16];
+	bool move;
 	int ret = 0;
 
 	if (len == 0 || len >= sizeof(cmd))
@@ -1707,7 +1739,15 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 		return -EFAULT;
 	cmd[len] = '\0';
 	strim(cmd);
-	mutex_lock(&ex->lock);
+	/*
+	 * Only a move waits for the scenario running (it moves the BAR the
+	 * scenario uses): the held mapping is used and read beside scenarios
+	 * that run until stopped.
+	 */
+	move = !strcmp(cmd, "move") || !strcmp(cmd, "moveback");
+	if (move)
+		mutex_lock(&ex->lock);
+	mutex_lock(&ex->hold_lock);
 	if (!strcmp(cmd, "map")) {
 		if (ex->held)
 			ret = -EBUSY;
@@ -1734,7 +1774,9 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 	} else {
 		ret = -EINVAL;
 	}
-	mutex_unlock(&ex->lock);
+	mutex_unlock(&ex->hold_lock);
+	if (move)
+		mutex_unlock(&ex->lock);
 	return ret ? ret : len;
 }
 
@@ -1933,6 +1975,7 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ex->burst_cpu[0] = -1;
 	ex->burst_cpu[1] = -1;
 	mutex_init(&ex->lock);
+	mutex_init(&ex->hold_lock);
 
 	ret = pci_enable_device(pdev);
 	if (ret)
@@ -2002,6 +2045,8 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	debugfs_create_ulong("stride_virt", 0400, ex->dir, &ex->stride_virt);
 	debugfs_create_ulong("maploop_virt", 0400, ex->dir, &ex->maploop_virt);
 	debugfs_create_ulong("wc_virt", 0400, ex->dir, &ex->wc_virt);
+	debugfs_create_x64("pc_read", 0400, ex->dir, &ex->pc_read);
+	debugfs_create_x64("pc_write", 0400, ex->dir, &ex->pc_write);
 	debugfs_create_u32("maploop_hold_us", 0600, ex->dir,
 			   &ex->maploop_hold_us);
 	debugfs_create_u32("stride_flush", 0600, ex->dir, &ex->stride_flush);
