@@ -113,7 +113,7 @@ def main() -> int:
     counter.join(600)
     text = Path("/tmp/storm.err").read_text()
     k = counter.kinds
-    made = runs * (2 * args.count + 2)
+    made = runs * (2 * args.count + 2) + 1      # and the held mapping's MAP line
     print(f"storm: {runs} bursts, {made} records made; in the output: {k[b'R']} R, "
           f"{k[b'MAP']} MAP, {k[b'UNMAP']} UNMAP, {counter.lost} lost in {k[b'LOST']} lines; "
           f"RSS first {rss[0]} KiB, max {max(rss)} KiB, last {rss[-1]} KiB")

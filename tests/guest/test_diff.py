@@ -52,7 +52,7 @@ def test_two_runs_are_equal_one_changed_write_is_one_hunk(exerciser):
     a = recorded(["--pci", exerciser.dev.name], "ng-diff-a", scenarios(5))
     b = recorded(["--pci", exerciser.dev.name], "ng-diff-b", scenarios(5))
     c = recorded(["--pci", exerciser.dev.name], "ng-diff-c", scenarios(6))
-    same = diff(a, b)
+    same = diff("--exact-counts", a, b)
     assert (same.returncode, same.stdout, same.stderr) == (0, "", "")
     other = diff(a, c)
     assert other.returncode == 1, other.stderr
@@ -65,6 +65,20 @@ def test_two_runs_are_equal_one_changed_write_is_one_hunk(exerciser):
     text.write_text(subprocess.run([*NG, "report", str(a)], capture_output=True, text=True,
                                    check=True).stdout)
     assert diff(text, b).returncode == 0
+
+
+def test_a_poll_one_read_longer_differs_only_with_exact_counts(exerciser):
+    """rloop 300 and rloop 301: the same by default (a poll's length
+    folded), one hunk with --exact-counts, whose two lines carry the
+    counts."""
+    runs = [recorded(["--pci", exerciser.dev.name], f"ng-diff-rloop{n}",
+                     ["sh", "-c", f"echo 'rloop {n}' > {RUN}"]) for n in (300, 301)]
+    assert diff(*runs).returncode == 0
+    exact = diff("--exact-counts", *runs)
+    assert exact.returncode == 1, exact.stderr
+    ident = exerciser.bar0[0]
+    assert changed_lines(exact.stdout) == [f"-R 4 {ident:#x} 0x10000ed (x300)",
+                                           f"+R 4 {ident:#x} 0x10000ed (x301)"], exact.stdout
 
 
 def e1000_loads(names: list[str]) -> list[Path]:
@@ -87,7 +101,7 @@ def test_two_loads_of_e1000_are_equal_but_for_descriptor_bases():
     # e1000 came and went during each recording: its symbols are in anyway
     syms = open_recording(str(loads[0])).kallsyms
     assert "e1000_probe\t[e1000]" in syms, "e1000's symbols missing from the recording"
-    res = diff("--ignore-value", DESCRIPTOR_BASES, *loads)
+    res = diff("--exact-counts", "--ignore-value", DESCRIPTOR_BASES, *loads)
     assert (res.returncode, res.stderr) == (0, ""), res.stdout[:4000]
     plain = diff(*loads)
     print(f"without --ignore-value: exit {plain.returncode}\n{plain.stdout[:2000]}")
@@ -109,7 +123,7 @@ def test_the_kernel_tracers_text_compares_with_a_recording(exerciser):
     text = ARTIFACTS / "kernel-diff.txt"
     text.write_text(kernel)
     ours = recorded(["--pci", exerciser.dev.name], "ng-diff-k", steps)
-    res = diff("--compat", text, ours)
+    res = diff("--compat", "--exact-counts", text, ours)
     assert (res.returncode, res.stderr) == (0, ""), res.stdout[:4000]
     other = recorded(["--pci", exerciser.dev.name], "ng-diff-k6", scenarios(6))
     assert diff("--compat", text, other).returncode == 1
