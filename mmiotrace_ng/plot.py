@@ -90,6 +90,9 @@ def setup(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--end", type=float, metavar="S", help="up to this time (seconds)")
     ap.add_argument("--linear", action="store_true",
                     help="time to scale throughout: do not cut out long idle stretches")
+    ap.add_argument("--no-merge", action="store_true",
+                    help=f"one row per register always (default: {MERGE_RUN} or more "
+                         "neighbouring registers with the same marks share a row)")
     ap.add_argument("--size", type=_size, metavar="WxH",
                     help=f"the picture's size in pixels (default {WIDTH} wide, the height "
                          "from the number of registers)")
@@ -114,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         binner.feed(ev)
     binner.flush()
     note_unapplied(namer, args.regs, "plot")
-    fig = draw(binner, valid_text(os.path.basename(trace.name)), args.size, args.linear)
+    fig = draw(binner, valid_text(os.path.basename(trace.name)), args.size, args.linear,
+               merge=not args.no_merge)
     try:
         if args.output == "-":
             sys.stdout.flush()
@@ -272,11 +276,12 @@ class Binner:
         return (self.lo + col) * self.width_ns
 
 
-def rows(b: Binner) -> tuple[list[str], np.ndarray, str]:
+def rows(b: Binner, merge: bool = True) -> tuple[list[str], np.ndarray, str]:
     """The rows to draw, top to bottom: their labels, their bins and the y
-    axis' title.  Rows in address order; runs of at least MERGE_RUN
-    neighbouring address rows with the same marks at this resolution (a
-    table written in one go, say) are one row labelled with the range."""
+    axis' title.  Rows in address order; unless not merge, runs of at least
+    MERGE_RUN neighbouring address rows with the same marks at this
+    resolution (a table written in one go, say) are one row labelled with
+    the range."""
     np = b.np
     keys = sorted(b.rows, key=lambda k: (b.first[k][0], str(k[1])))
     grid = b.grid[np.array([b.rows[k] for k in keys], np.intp)] if keys else b.grid[:0]
@@ -302,7 +307,7 @@ def rows(b: Binner) -> tuple[list[str], np.ndarray, str]:
         while (j < len(keys) and b.first[keys[j]][1] == b.first[keys[i]][1]
                and np.array_equal(grid[j], grid[i])):
             j += 1
-        if j - i < MERGE_RUN:
+        if j - i < MERGE_RUN or not merge:
             j = i + 1
         if j - i > 1:
             labels.append(f"{where(keys[i])}..{where(keys[j - 1], True)} ({j - i})")
@@ -355,15 +360,49 @@ def segments(b: Binner, grid: np.ndarray, linear: bool) -> list[tuple[int, int]]
     return out
 
 
+LABEL_GAP: Final = 6            # pixels at least between two time labels
+
+
+def _thin_time_labels(fig: Any, axes: Any) -> None:
+    """Leave out the time labels that would overlap the one before, left to
+    right across the segments (a narrow segment, between two cut idle
+    stretches, has room for few): the figure is laid out once to measure
+    them, and each axis keeps the ticks whose labels fit."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.ticker import FixedLocator
+
+    canvas = FigureCanvasAgg(fig)
+    for _ in range(2):      # fewer ticks may be labelled with more digits: again
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        right = -float("inf")
+        changed = False
+        for ax in axes:
+            lo, hi = sorted(ax.get_xlim())
+            keep = []
+            for tick, label in zip(ax.get_xticks(), ax.get_xticklabels(), strict=True):
+                if not lo <= tick <= hi or not label.get_text():
+                    continue
+                box = label.get_window_extent(renderer)
+                if box.x0 >= right + LABEL_GAP:
+                    keep.append(tick)
+                    right = box.x1
+                else:
+                    changed = True
+            ax.xaxis.set_major_locator(FixedLocator(keep))
+        if not changed:
+            return
+
+
 def draw(b: Binner, title: str, size: tuple[int, int] | None = None,
-         linear: bool = False):  # -> matplotlib.figure.Figure
-    """The picture of what b holds."""
+         linear: bool = False, merge: bool = True):  # -> matplotlib.figure.Figure
+    """The picture of what b holds (merge: see rows)."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
     np = b.np
-    labels, grid, ytitle = rows(b)
+    labels, grid, ytitle = rows(b, merge)
     nrows = len(labels)
     w, h = size or (WIDTH, max(480, min(4000, 170 + 11 * nrows)))
     fig = Figure(figsize=(w / DPI, h / DPI), dpi=DPI, layout="constrained")
@@ -425,6 +464,7 @@ def draw(b: Binner, title: str, size: tuple[int, int] | None = None,
         axes[0].text(0.5, 0.5, "no accesses", transform=axes[0].transAxes, ha="center",
                      va="center")
         axes[0].set_yticks([])
+    _thin_time_labels(fig, axes)
     handles = [Line2D([], [], color=COLOURS[f], marker="|", ls="", markersize=9,
                       markeredgewidth=2, label=LABELS[f])
                for kind, f in FLAGS.items() if n[kind]]

@@ -268,6 +268,11 @@ def test_alike_neighbours_are_one_row(mpl):
     labels, grid, title = plot.rows(b)
     assert labels == ["0xfeb40000", "0xfeb40004", "0xfeb40100..0xfeb4011c (8)", "0xfeb40200"]
     assert title == "address"
+    # --no-merge: a row for each
+    labels, grid, _title = plot.rows(b, merge=False)
+    assert labels == ["0xfeb40000", "0xfeb40004",
+                      *(f"0xfeb401{4 * k:02x}" for k in range(8)), "0xfeb40200"]
+    assert len(grid) == len(labels)
 
 
 def test_plot_of_the_cli(tmp_path, mpl):
@@ -298,3 +303,38 @@ def test_mark_text_as_it_is(tmp_path, mpl):
     out = tmp_path / "t.png"
     fig.savefig(out, format="png")
     assert png_size(out) == (plot.WIDTH, 480)
+
+
+def test_time_labels_never_overlap(tmp_path, mpl):
+    """Three stretches of accesses, the first a few microseconds long and
+    far from the others (a narrow segment between cut idle stretches, where
+    two labels of 7 digits were drawn over each other): every time label
+    drawn is clear of its neighbours (4 pixels apart at least), and each
+    segment has one at least."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from mmiotrace_ng.accesses import events, open_trace
+
+    lines = [f"R 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in (70_591_458, 70_591_688,
+                                                               70_591_727, 70_591_735)]
+    lines += [f"R 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in range(70_594_967, 70_597_645, 9)]
+    lines += [f"R 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in range(70_602_686, 70_608_979, 6)]
+    src = write_trace(tmp_path / "t.txt", lines)
+    b = plot.Binner(1600)
+    for ev in events(open_trace(src)):
+        b.feed(ev)
+    b.flush()
+    fig = plot.draw(b, "t")
+    assert len(fig.axes) == 3
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    boxes = []
+    for ax in fig.axes:
+        lo, hi = ax.get_xlim()
+        shown = [lab.get_window_extent(canvas.get_renderer())
+                 for tick, lab in zip(ax.get_xticks(), ax.get_xticklabels(), strict=True)
+                 if lo <= tick <= hi and lab.get_text()]
+        assert shown, f"no time label under {lo:.6f}..{hi:.6f}"
+        boxes += shown
+    for left, right in zip(boxes, boxes[1:], strict=False):
+        assert left.x1 + 4 <= right.x0, (left, right)
