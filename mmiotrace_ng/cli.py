@@ -96,11 +96,17 @@ def check_environment() -> None:
     if kernel_mmiotrace_active():
         raise UsageError("the kernel's own mmiotrace is active; stop it first: "
                          "echo nop > /sys/kernel/tracing/current_tracer")
-    from .doctor import check_lockdown
+    from . import doctor
 
-    lockdown = check_lockdown(Path("/"))
+    lockdown = doctor.check_lockdown(Path("/"))
     if lockdown.ok is False:
         raise UsageError(f"the kernel is locked down, {lockdown.detail} (mmiotrace-ng check)")
+    # the rest of what `check` looks at, the first failure said as it says it
+    blocker = doctor.trace_blocker(checkout_ko=Path(__file__).resolve().parents[1] / "kmod"
+                                   / "mmiotng.ko")
+    if blocker is not None:
+        raise UsageError(f"{blocker.name}: {blocker.detail} (mmiotrace-ng check lists "
+                         "every requirement)")
 
 
 def kernel_mmiotrace_active() -> bool:

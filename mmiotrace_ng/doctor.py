@@ -32,6 +32,8 @@ KERNEL_OPTIONS: dict[str, str] = {
     "HAVE_HW_BREAKPOINT": "ksym watches variables with hardware breakpoints",
     "KALLSYMS_ALL": "ksym finds variables by name",
 }
+# the options only ksym needs (a trace of MMIO does without them)
+KSYM_ONLY: frozenset[str] = frozenset({"HAVE_HW_BREAKPOINT", "KALLSYMS_ALL"})
 # Secure Boot's EFI variable (the last byte of its value: 1 = on)
 SECURE_BOOT = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
@@ -62,13 +64,14 @@ def kernel_config(root: Path, release: str) -> tuple[dict[str, str], str] | None
     return opts, where
 
 
-def check_options(root: Path, release: str) -> Check:
+def check_options(root: Path, release: str, skip: frozenset[str] = frozenset()) -> Check:
+    """The kernel options the tools need (but those in skip)."""
     found = kernel_config(root, release)
     if found is None:
         return Check("kernel options", None, f"not known: no /boot/config-{release} and no "
                      "/proc/config.gz (needs " + ", ".join(KERNEL_OPTIONS) + ")")
     opts, where = found
-    missing = [o for o in KERNEL_OPTIONS if opts.get(o) not in ("y", "m")]
+    missing = [o for o in KERNEL_OPTIONS if o not in skip and opts.get(o) not in ("y", "m")]
     if missing:
         return Check("kernel options", False, "not set in " + where + ": " + "; ".join(
             f"CONFIG_{o} ({KERNEL_OPTIONS[o]})" for o in missing) +
@@ -173,6 +176,17 @@ def run_checks(root: Path = Path("/"), release: str | None = None,
                   "not root: run it with sudo"),
             check_options(root, release), *check_files(root),
             check_helper(root, release, checkout_ko), *check_python()]
+
+
+def trace_blocker(root: Path = Path("/"), release: str | None = None,
+                  checkout_ko: Path | None = None) -> Check | None:
+    """The first check a trace of MMIO cannot do without that fails here
+    (what `check` would print as MISSING, ksym's own needs left out), or
+    None."""
+    release = release or os.uname().release
+    checks = [check_options(root, release, KSYM_ONLY), *check_files(root),
+              check_helper(root, release, checkout_ko), *check_python()]
+    return next((c for c in checks if c.ok is False), None)
 
 
 def format_check(c: Check) -> str:

@@ -120,6 +120,7 @@ def test_the_trace_refuses_a_kernel_locked_down_for_confidentiality(monkeypatch)
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
     monkeypatch.setattr(cli, "Path", Present)
     monkeypatch.setattr(cli, "kernel_mmiotrace_active", lambda: False)
+    monkeypatch.setattr(doctor, "trace_blocker", lambda **kw: None)
     monkeypatch.setattr(doctor, "check_lockdown", lambda root: doctor.Check(
         "lockdown", False, "confidentiality: the kernel refuses kprobes"))
     with pytest.raises(UsageError, match="locked down, confidentiality: the kernel refuses"):
@@ -127,6 +128,35 @@ def test_the_trace_refuses_a_kernel_locked_down_for_confidentiality(monkeypatch)
     monkeypatch.setattr(doctor, "check_lockdown",
                         lambda root: doctor.Check("lockdown", True, "none"))
     cli.check_environment()
+
+
+def test_the_trace_says_the_first_check_that_fails(tmp_path, monkeypatch):
+    """The trace runs check's checks too: on a machine that can trace,
+    none blocks it (ksym's own options may be missing); else the first
+    failure, in check's words, in one line."""
+    ksymless = ALL_SET.replace("CONFIG_KALLSYMS_ALL=y\n", "").replace(
+        "CONFIG_HAVE_HW_BREAKPOINT=y\n", "")
+    assert doctor.trace_blocker(machine(tmp_path / "a", ksymless), RELEASE) is None
+    off = machine(tmp_path / "b", **{"proc/sys/kernel/ftrace_enabled": "0\n"})
+    c = doctor.trace_blocker(off, RELEASE)
+    assert c == doctor.Check("ftrace switch", False, "off: sysctl kernel.ftrace_enabled=1")
+    nokprobes = machine(tmp_path / "c", ALL_SET.replace("CONFIG_KPROBES=y\n", ""),
+                        **{"proc/sys/kernel/ftrace_enabled": "0\n"})
+    assert doctor.trace_blocker(nokprobes, RELEASE).name == "kernel options"   # the first
+
+    class Present(type(Path())):
+        def exists(self, *args, **kwargs) -> bool:
+            return True
+
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli, "Path", Present)
+    monkeypatch.setattr(cli, "kernel_mmiotrace_active", lambda: False)
+    monkeypatch.setattr(doctor, "check_lockdown", lambda root: doctor.Check("lockdown", True, ""))
+    monkeypatch.setattr(doctor, "trace_blocker", lambda **kw: c)
+    with pytest.raises(UsageError) as exc:
+        cli.check_environment()
+    assert str(exc.value) == ("ftrace switch: off: sysctl kernel.ftrace_enabled=1 "
+                              "(mmiotrace-ng check lists every requirement)")
 
 
 def test_an_unsigned_helper_refused_says_why_and_how(tmp_path):
