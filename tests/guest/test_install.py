@@ -121,6 +121,14 @@ def test_installed_wheel_traces_with_the_helper_from_dkms(installed, exerciser, 
         ko = subprocess.run(["modinfo", "-n", "mmiotng"], capture_output=True, text=True,
                             check=True).stdout.strip()
         assert ko.startswith(f"/lib/modules/{RELEASE}/updates/dkms/"), ko
+        # signed with DKMS's own key, whose certificate the README has the
+        # user enroll (mokutil --import /var/lib/dkms/mok.pub) for Secure Boot
+        signer = subprocess.run(["modinfo", "-F", "signer", "mmiotng"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        subject = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-subject",
+                                  "-in", "/var/lib/dkms/mok.pub"], capture_output=True,
+                                 text=True, check=True).stdout
+        assert signer and subject.strip().endswith(f"CN = {signer}"), (signer, subject)
         res = trace_readl(env, exerciser.dev.name)
         assert_traced_readl(res, exerciser)
         lines = res.stderr.splitlines()
