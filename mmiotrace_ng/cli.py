@@ -658,6 +658,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                "the kprobes and ftrace switches, the kernel's own mmiotrace, lockdown, "
                "module signatures (Secure Boot), the helper module and the Python modules; "
                "what is missing, with how to fix it.", *_lazy("doctor")),
+    Subcommand("completion", "a bash completion script for mmiotrace-ng",
+               "Print a bash completion script made from this command line's parsers: "
+               "commands, options, PCI addresses after --pci, register maps after --regs.",
+               *_lazy("completion")),
     Subcommand("status", "print the helper module's counters",
                "Print the counters of the loaded helper module (mmiotng), one per line.",
                _no_arguments, status),

@@ -102,6 +102,7 @@ SUBCOMMAND_LINES = {
     "record": "trace into a binary file, report it later",
     "report": "print a recorded trace as the tracer does",
     "check": "whether this machine can trace (what is missing)",
+    "completion": "a bash completion script for mmiotrace-ng",
     "status": "print the helper module's counters",
 }
 
