@@ -191,3 +191,49 @@ def test_vagrant_scripts_parse():
         res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
                              check=False)
         assert res.returncode == 0, res.stderr
+
+
+def run_suite_with(tmp_path: Path, plugin: bool) -> tuple[subprocess.CompletedProcess, list]:
+    """run-suite with a PATH of the few tools it needs before its checks and
+    a fake vagrant (whose plugin list has vagrant-libvirt or not); the lines
+    its check must print, from what that PATH (and /usr/sbin, /sbin) has."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("bash", "dirname", "mkdir", "grep"):
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    listed = "vagrant-libvirt (0.11.2, system)" if plugin else "vagrant-share (2.0.0, system)"
+    (bin_ / "vagrant").write_text(
+        f"#!/bin/bash\n[ \"$1 $2\" = 'plugin list' ] && echo '{listed}'\n")
+    (bin_ / "vagrant").chmod(0o755)
+    text = (VAGRANT_DIR / "run-suite").read_text()
+    pairs = re.findall(r"^    ([\w.-]+):([\w.-]+)$", text, re.M)
+    assert ("dnsmasq", "dnsmasq-base") in pairs and ("vagrant", "vagrant") in pairs
+    path = f"{bin_}:/usr/sbin:/sbin"
+    want = [f"run-suite: {cmd} is missing (Debian package {pkg})" for cmd, pkg in pairs
+            if shutil.which(cmd, path=path) is None]
+    if not plugin:
+        want.append("run-suite: vagrant's libvirt provider is missing (Debian package "
+                    "vagrant-libvirt)")
+    res = subprocess.run([str(bin_ / "bash"), str(VAGRANT_DIR / "run-suite"), "-k", "x"],
+                         env={"PATH": str(bin_), "NGVM_LOG_DIR": str(tmp_path / "log")},
+                         capture_output=True, text=True, timeout=60)
+    return res, want
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_run_suite_names_each_missing_prerequisite_and_its_package(tmp_path, plugin):
+    """A runner without libvirt (or vagrant-libvirt): one line per missing
+    command with its Debian package, the apt-get line, exit 2, nothing
+    started."""
+    res, want = run_suite_with(tmp_path, plugin)
+    lines = res.stderr.splitlines()
+    assert res.returncode == 2, res.stderr
+    assert want and lines[:len(want)] == want, (lines, want)
+    packages = re.search(r'^PACKAGES="([^"]+)"', (VAGRANT_DIR / "run-suite").read_text(),
+                         re.M)[1]
+    assert lines[len(want):] == [f"run-suite: install them: apt-get install "
+                                 f"--no-install-recommends {packages} (or run-suite "
+                                 "--install-prerequisites)"]
+    # the README gives the same list
+    readme = (VAGRANT_DIR / "README.md").read_text()
+    assert f"apt-get install --no-install-recommends {packages}" in " ".join(readme.split())
