@@ -58,9 +58,9 @@ def functions(rows: list[tuple[str, ...]]) -> dict[str, int]:
     return count
 
 
-def perf_count(event: str) -> int:
+def perf_count(event: str, workload: str = WORKLOAD) -> int:
     res = subprocess.run(["perf", "stat", "-x,", "-a", "-e", event, "--", "sh", "-c",
-                          WORKLOAD], capture_output=True, text=True, timeout=300)
+                          workload], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     fields = res.stderr.strip().splitlines()[-1].split(",")
     assert fields[0].isdigit(), res.stderr
@@ -102,6 +102,43 @@ def test_histogram_counts_in_the_kernel(exerciser, op):
     if op == "rw-":
         want.append([typ, VAR, "edu_watch_reader", "[edu_exerciser]", str(READS)])
     assert rows == want, res.stdout
+
+
+def test_histogram_interval_prints_the_counts_so_far(exerciser):
+    """--histogram -i 1: a table every second, counts so far: one printed
+    between the two loops has the first loop's 1000 writes, the last one
+    both loops' 1500."""
+    res = ksym(f"{VAR}:-w-", "--histogram", "-i", "1", "--", "sh", "-c",
+               f"echo 'watch_write 1000' > {STRESS}; sleep 4; echo 'watch_write 500' > {STRESS}")
+    assert res.returncode == 0, res.stderr
+    counts: list[int] = []
+    for ln in res.stdout.splitlines():
+        f = ln.split()
+        if f == ["Access_Type", "Symbol_name", "Function", "Counter"]:
+            counts.append(0)
+        elif counts and f[:3] == ["W", VAR, "edu_watch_writer"]:
+            counts[-1] = int(f[-1])
+    assert len(counts) >= 4 and 1000 in counts and counts[-1] == 1500, counts
+    assert counts == sorted(counts), counts
+
+
+def test_losses_are_counted_exactly(watched):
+    """A ring of one page for 20000 hits made at once: hits are lost, and
+    those printed plus those said lost are all that perf counts of the
+    same workload with its own breakpoint."""
+    n = 20_000
+    work = f"echo 'watch_write {n}' > {STRESS}"
+    res = ksym(f"{VAR}:-w-", "--buffer-size-kb", "4", "--", "sh", "-c", work)
+    assert res.returncode == 0, res.stderr
+    m = re.search(r"^mmiotrace-ng: (\d+) hits printed \(.* (\d+) counted\), lost (\d+)$",
+                  res.stderr, re.M)
+    assert m, res.stderr
+    printed, counted, lost = map(int, m.groups())
+    # the stream says each loss where it happened: "# lost N hits"
+    marks = [int(x) for x in re.findall(r"^# lost (\d+) hits$", res.stdout, re.M)]
+    shown = "\n".join(ln for ln in res.stdout.splitlines() if not ln.startswith("# lost "))
+    assert printed == len(hits(shown)) and lost > 0 and sum(marks) == lost, (printed, lost)
+    assert printed + lost == counted == n == perf_count(f"mem:0x{watched:x}/4:w", work)
 
 
 def test_values_and_timestamps(exerciser):

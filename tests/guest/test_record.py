@@ -78,6 +78,22 @@ def test_a_sustained_loop_is_kept_whole(exerciser):
     assert not [r for r in recs if r[0] == "LOST"]
 
 
+BLIT = 0xFF000      # the exerciser's largest memcpy_toio: 261120 movsl stores
+
+
+def test_the_default_ring_keeps_a_blit_of_a_million_stores(exerciser):
+    """Four framebuffer-style blits (memcpy_toio of 0xFF000 bytes, rep
+    movsl: 1044480 stores) recorded with the default ring: every store is
+    in the file, in order, with its value, and nothing is lost."""
+    path, res = record(["--pci", exerciser.dev.name], "ng-record-blit",
+                       ["sh", "-c", "; ".join([f"echo 'cloop {BLIT}' > {RUN}"] * 4)])
+    assert res.returncode == 0, res.stderr
+    recs = to_records(report(path), exerciser.bar0[0])
+    want = decoded("cloop", BLIT)
+    assert sum(r[0] == "W" for r in want) == BLIT // 4
+    assert recs == want * 4, f"{len(recs)} records, {len(want) * 4} made"
+
+
 def test_sigkill_leaves_a_readable_file_and_nothing_armed(held):
     """A recording killed in a loop: nothing stays armed, and report prints
     the whole records written before the kill (the file says it is cut short)."""

@@ -124,6 +124,7 @@ struct edu_ex {
 	unsigned long wc_virt;		/* live mapping of "wc_loop", or 0 */
 	u64 pc_read;			/* "pc": its readl instruction's address */
 	u64 pc_write;			/* "pc": its writel instruction's address */
+	u32 nonpci_value;		/* "nonpci": what it read */
 	u32 memset_bytes;	/* the last "memset" stored byte by byte */
 	u32 maploop_hold_us;	/* "maploop": wait between ioremap and readl */
 	u32 stride_flush;	/* "stride": flush this CPU's TLB every round */
@@ -985,6 +986,25 @@ static int st_pc(struct edu_ex *ex, unsigned int count)
 }
 
 /*
+ * An ioremap of memory that is no PCI device's: the HPET's registers at
+ * their usual place (QEMU's pc machine has them there), a readl of its
+ * capabilities (nonzero: vendor, counter size, timers) kept in
+ * nonpci_value, iounmap.
+ */
+#define EDU_HPET_BASE	0xfed00000UL
+
+static int st_nonpci(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *p = ioremap(EDU_HPET_BASE, 1024);
+
+	if (!p)
+		return -ENOMEM;
+	ex->nonpci_value = readl(p);
+	iounmap(p);
+	return ex->nonpci_value ? 0 : -EIO;
+}
+
+/*
  * A kernel variable for the hardware-breakpoint tracer (mmiotrace-ng ksym):
  * written COUNT times from edu_watch_writer, read COUNT times from
  * edu_watch_reader, touched nowhere else.
@@ -1350,6 +1370,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "COUNT readq of 0xffc, irqs off 1 ms each; the next CPU reads 0x20 meanwhile" },
 	{ "movs_cross", st_movs_cross, false,
 	  "one movsl from 0x00 to 0xffe (across the page) of a 2-page mapping" },
+	{ "nonpci", st_nonpci, false,
+	  "ioremap of the HPET (0xfed00000, no PCI device's), readl 0x00; value in nonpci_value" },
 	{ "pc", st_pc, false,
 	  "writel, readl 0x04; their instructions' addresses in pc_write, pc_read" },
 };
@@ -2045,6 +2067,7 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	debugfs_create_ulong("stride_virt", 0400, ex->dir, &ex->stride_virt);
 	debugfs_create_ulong("maploop_virt", 0400, ex->dir, &ex->maploop_virt);
 	debugfs_create_ulong("wc_virt", 0400, ex->dir, &ex->wc_virt);
+	debugfs_create_x32("nonpci_value", 0400, ex->dir, &ex->nonpci_value);
 	debugfs_create_x64("pc_read", 0400, ex->dir, &ex->pc_read);
 	debugfs_create_x64("pc_write", 0400, ex->dir, &ex->pc_write);
 	debugfs_create_u32("maploop_hold_us", 0600, ex->dir,
