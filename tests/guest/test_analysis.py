@@ -117,7 +117,7 @@ def assert_plotted(png: Path) -> None:
     with read marks (blue); the one write (red) in LIVENESS's row, below
     its read; nothing grey (no UNKNOWN).  ID's row has the loop and the
     burst, so its marks run across the plot; the others have one access
-    each, at the start.  (The title and the legend, above the plot, are
+    each.  (The title and the legend, above the plot, are
     left out.)"""
     import matplotlib.image
     import numpy as np
@@ -137,5 +137,6 @@ def assert_plotted(png: Path) -> None:
     assert rows[1][1] < w[0] and w[1] < rows[2][0], (rows, w)     # LIVENESS's write
     xs = [np.nonzero(read[a:b + 1].any(axis=0))[0] for a, b in rows]
     assert xs[0].max() - xs[0].min() > plot.shape[1] // 2, "ID's marks do not run across"
-    assert all(x.max() < xs[0].min() + plot.shape[1] // 8 for x in xs[1:]), \
-        [(x.min(), x.max()) for x in xs]
+    # the others: one access each, a mark a few pixels wide (where it falls
+    # depends on which idle stretches were cut)
+    assert all(x.max() - x.min() < 8 for x in xs[1:]), [(x.min(), x.max()) for x in xs]

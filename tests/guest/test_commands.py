@@ -62,7 +62,9 @@ def test_histogram_interval_prints_the_counts_so_far(exerciser):
     assert res.returncode == 0, res.stderr
     key = ("R", 4, 0x00, "sc_rloop [edu_exerciser]")
     counts = [t.get(key, 0) for t in tables(res.stdout)]
-    assert len(counts) >= 4, res.stdout[-3000:]
+    # at least one table between the loops and the last (a loaded machine
+    # prints fewer than one a second)
+    assert len(counts) >= 2, res.stdout[-3000:]
     assert 300 in counts and counts[-1] == 500, counts
     assert counts == sorted(counts), counts             # counts so far: never fewer
 

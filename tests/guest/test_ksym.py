@@ -118,7 +118,7 @@ def test_histogram_interval_prints_the_counts_so_far(exerciser):
             counts.append(0)
         elif counts and f[:3] == ["W", VAR, "edu_watch_writer"]:
             counts[-1] = int(f[-1])
-    assert len(counts) >= 4 and 1000 in counts and counts[-1] == 1500, counts
+    assert len(counts) >= 2 and 1000 in counts and counts[-1] == 1500, counts
     assert counts == sorted(counts), counts
 
 
