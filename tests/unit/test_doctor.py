@@ -109,13 +109,16 @@ def test_format_one_line_each():
     assert doctor.format_check(doctor.Check("x", None, "y")).startswith("warning  x: y")
 
 
+class Present(type(Path())):
+    """A path that always exists (for the trace's own checks of /sys)."""
+
+    def exists(self, *args, **kwargs) -> bool:
+        return True
+
+
 def test_the_trace_refuses_a_kernel_locked_down_for_confidentiality(monkeypatch):
     """The trace command's own checks include lockdown: one line, the
     doctor's words, before anything is loaded."""
-
-    class Present(type(Path())):
-        def exists(self, *args, **kwargs) -> bool:
-            return True
 
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
     monkeypatch.setattr(cli, "Path", Present)
@@ -143,10 +146,6 @@ def test_the_trace_says_the_first_check_that_fails(tmp_path, monkeypatch):
     nokprobes = machine(tmp_path / "c", ALL_SET.replace("CONFIG_KPROBES=y\n", ""),
                         **{"proc/sys/kernel/ftrace_enabled": "0\n"})
     assert doctor.trace_blocker(nokprobes, RELEASE).name == "kernel options"   # the first
-
-    class Present(type(Path())):
-        def exists(self, *args, **kwargs) -> bool:
-            return True
 
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
     monkeypatch.setattr(cli, "Path", Present)

@@ -56,6 +56,17 @@ def early_reads_late_writes(path: Path) -> str:
     return write_trace(path, lines)
 
 
+def binned(src: str, nbins: int) -> plot.Binner:
+    """A Binner fed the whole trace in src."""
+    from mmiotrace_ng.accesses import events, open_trace
+
+    b = plot.Binner(nbins)
+    for ev in events(open_trace(src)):
+        b.feed(ev)
+    b.flush()
+    return b
+
+
 def run_plot(argv: list[str]) -> int:
     """The subcommand as cli.main runs it (UsageError: exit status 2)."""
     ap = argparse.ArgumentParser(prog="mmiotrace-ng plot")
@@ -139,12 +150,7 @@ def test_idle_stretches_are_cut_out(tmp_path, mpl):
     lines = [f"R 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in range(1_000_000, 1_100_000, 100)]
     lines += [f"W 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in range(9_000_000, 9_100_000, 100)]
     src = write_trace(tmp_path / "t.txt", lines)
-    b = plot.Binner(1000)
-    from mmiotrace_ng.accesses import events, open_trace
-
-    for ev in events(open_trace(src)):
-        b.feed(ev)
-    b.flush()
+    b = binned(src, 1000)
     fig = plot.draw(b, "t")
     assert len(fig.axes) == 2
     (a_lo, a_hi), (b_lo, b_hi) = (ax.get_xlim() for ax in fig.axes)
@@ -313,18 +319,11 @@ def test_time_labels_never_overlap(tmp_path, mpl):
     segment has one at least."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from mmiotrace_ng.accesses import events, open_trace
-
     lines = [f"R 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in (70_591_458, 70_591_688,
                                                                70_591_727, 70_591_735)]
     lines += [f"R 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in range(70_594_967, 70_597_645, 9)]
     lines += [f"R 4 {t(us)} 1 0x{BASE:x} 0x1 0x0 0\n" for us in range(70_602_686, 70_608_979, 6)]
-    src = write_trace(tmp_path / "t.txt", lines)
-    b = plot.Binner(1600)
-    for ev in events(open_trace(src)):
-        b.feed(ev)
-    b.flush()
-    fig = plot.draw(b, "t")
+    fig = plot.draw(binned(write_trace(tmp_path / "t.txt", lines), 1600), "t")
     assert len(fig.axes) == 3
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
