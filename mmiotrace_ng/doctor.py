@@ -186,7 +186,8 @@ def trace_blocker(root: Path = Path("/"), release: str | None = None,
     release = release or os.uname().release
     checks = [check_options(root, release, KSYM_ONLY), *check_files(root),
               check_helper(root, release, checkout_ko), *check_python()]
-    return next((c for c in checks if c.ok is False), None)
+    # kprobes switched off: the session refuses that itself, in its own words
+    return next((c for c in checks if c.ok is False and c.name != "kprobes switch"), None)
 
 
 def format_check(c: Check) -> str:
