@@ -7,9 +7,11 @@
  *   mmiotng_probes.c  the ioremap and iounmap probes
  *   mmiotng_fault.c   the page fault: taken over with an ftrace ops, decoded,
  *                     emulated through a window, reported (tracepoint)
+ *   mmiotng_report.c  the records: tracepoints, deferred above level 0
  *   mmiotng_window.c  the per-CPU windows the device is reached through
  *   mmiotng_step.c    the single-step fallback and its debug trap
- *   mmiotng_ctl.c     the session: filters, ARM_EXISTING, disarm, mode, stats
+ *   mmiotng_ctl.c     the session: owner, kprobes check, disarm, mode, stats
+ *   mmiotng_filters.c the filters and their mappings, ARM_EXISTING
  *   mmiotng_pci.c     --all: filters for the devices a driver binds to
  *   mmiotng_nl.c      the generic-netlink transport of the session commands
  *   mmiotng_hooks.c   trace_marker and the kernel's own mmiotrace
@@ -235,29 +237,40 @@ void ng_windows_reset(void);
 bool ng_overlaps_windows(unsigned long start, unsigned long len);
 int ng_windows_init(void);
 void ng_windows_exit(void);
+/* where an access is made: a window onto its page (under RCU) */
+#define NG_UNREACHABLE		IOMEM_ERR_PTR(-EFAULT)
+#define NG_UNREACHABLE_PAGE	((struct ng_page *)ERR_PTR(-EFAULT))
+bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width);
+struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
+			   unsigned int width, struct ng_mapping **mp,
+			   struct ng_page **pg2);
+void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
+			   unsigned int width, struct ng_mapping **mp);
+void __iomem *ng_device_addr(unsigned long addr, unsigned int width);
 
 /* mmiotng_probes.c */
 bool ng_unmap_in_flight(unsigned long base, unsigned long len);
 bool ng_probes_alive(void);
-struct ftrace_ops;
-int ng_ftrace_hook(struct ftrace_ops *ops, const char *func);
-void ng_ftrace_unhook(struct ftrace_ops *ops);
 unsigned long ng_probes_missed(void);
 int ng_probes_init(void);
 void ng_probes_exit(void);
 
-/* mmiotng_fault.c */
+/* mmiotng_report.c: the records (tracepoints) */
 void ng_report(const struct mmiotng_access *a);
 int ng_report_init(void);
 void ng_report_exit(void);
 void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err);
-void __iomem *ng_device_addr(unsigned long addr, unsigned int width);
-bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width);
+void ng_report_unarmed(const struct mmiotng_map *ev, unsigned int level);
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 		    unsigned long addr, unsigned long ip,
 		    const u8 *bytes, unsigned int nbytes);
 void ng_fill_compat(struct mmiotng_access *acc, const u8 *bytes,
 		    unsigned int nbytes, const struct pt_regs *regs);
+
+/* mmiotng_fault.c */
+struct ftrace_ops;
+int ng_ftrace_hook(struct ftrace_ops *ops, const char *func);
+void ng_ftrace_unhook(struct ftrace_ops *ops);
 int ng_fault_init(void);
 void ng_fault_exit(void);
 
@@ -272,7 +285,7 @@ void ng_wait_steps(void);
 int ng_step_init(void);
 void ng_step_exit(void);
 
-/* mmiotng_ctl.c: the session */
+/* mmiotng_ctl.c: the session (above mmiotng_pci.c and mmiotng_filters.c) */
 enum ng_owner_kind { NG_IDLE, NG_TRACER, NG_KERNEL_TRACER };
 
 struct net;
@@ -283,17 +296,20 @@ bool ng_probes_were_off(void);
 u32 ng_session_owner(void);
 bool ng_kernel_tracer_start(void);
 void ng_kernel_tracer_stop(void);
+void ng_disarm_all(void);
+int ng_set_mode(u32 mode);
+void ng_get_stats(struct ng_stats *sum);
+
+/* mmiotng_filters.c: the filters and the mappings armed in them */
 int ng_filter_add(phys_addr_t start, u64 size);
 int ng_filter_del(phys_addr_t start, u64 size);
 void ng_filters_drop(phys_addr_t start, u64 size);
 int ng_filter_insert(phys_addr_t start, u64 size);
 void ng_filter_remove(phys_addr_t start, u64 size);
+void ng_filters_clear(void);
 int ng_arm_existing(unsigned long virt, u64 size, phys_addr_t phys);
-void ng_disarm_all(void);
-int ng_set_mode(u32 mode);
 unsigned int ng_nr_filters(void);
 unsigned int ng_nr_mappings(void);
-void ng_get_stats(struct ng_stats *sum);
 
 /* mmiotng_hooks.c */
 int ng_hooks_init(void);

@@ -25,7 +25,7 @@
  * (ng_trap_only).
  *
  * Each access is reported through the tracepoint mmiotng_access
- * (mmiotng_trace.h), where the BPF side attaches a raw tracepoint program.
+ * (mmiotng_report.c), where the BPF side attaches a raw tracepoint program.
  *
  * Locking in this file:
  *  - ng_fault_ftrace() runs in the page-fault exception with interrupts
@@ -64,218 +64,8 @@
 #include "mmiotng.h"
 #include "ng_decode.h"
 
-#define CREATE_TRACE_POINTS
-#include "mmiotng_trace.h"
-
 DEFINE_PER_CPU(struct ng_stats, ng_stats);
 unsigned int ng_mode = MMIOTNG_MODE_EMULATE;
-
-/* ---- recording ------------------------------------------------------ */
-
-/*
- * Accesses made in NMI-like contexts (an NMI, a kprobe's int3 handler, the
- * debug trap of a single-step: ng_level() > 0) are not traced from there:
- * the tracepoint's BPF program does not run when it interrupted itself on
- * this CPU (the kernel only counts a miss), and the BPF ring buffer only
- * try-locks there.  They wait in a queue per CPU and level for this CPU's
- * irq_work, or its next access in a task or an interrupt, whichever comes
- * first.  A full queue counts them, and the next record that goes out from
- * this CPU says how many were lost.
- *
- * Locking: a queue is filled only at its level (one context at a time: a
- * context is interrupted only by deeper ones) and emptied only at level 0
- * with interrupts off (the irq_work, the fault path), which the filling
- * context can interrupt but not the reverse: head is published after its
- * record is written, tail moved after its record is copied out.
- */
-#define NG_DEFER_RECS	32
-
-#define NG_DEFER_MAPS	4	/* pages given up (ng_untrap): rare */
-
-struct ng_deferred {
-	struct mmiotng_access rec[NG_DEFER_RECS];
-	unsigned int head;	/* records queued: its level */
-	unsigned int tail;	/* records taken: level 0 */
-	unsigned int lost;	/* records not queued (full): its level */
-	unsigned int lost_said;	/* of them, said in a record: level 0 */
-	struct mmiotng_map map[NG_DEFER_MAPS];
-	unsigned int map_head, map_tail;	/* as head and tail */
-};
-
-/* per CPU, a queue per level above 0 (allocated: too big for a module's static per-CPU area) */
-struct ng_deferred_cpu {
-	struct ng_deferred q[NG_LEVELS];
-};
-
-static struct ng_deferred_cpu __percpu *ng_deferred;
-static DEFINE_PER_CPU(struct irq_work, ng_deferred_iw);
-
-static void ng_defer(const struct mmiotng_access *a, unsigned int level)
-{
-	struct ng_deferred *q = &this_cpu_ptr(ng_deferred)->q[level];
-	struct mmiotng_access *r;
-
-	if (q->head - READ_ONCE(q->tail) >= NG_DEFER_RECS) {
-		WRITE_ONCE(q->lost, q->lost + 1);
-	} else {
-		r = &q->rec[q->head % NG_DEFER_RECS];
-		*r = *a;
-		if (!r->ts_ns)
-			r->ts_ns = ktime_get_mono_fast_ns();
-		/* the record before the head that shows it (one CPU) */
-		smp_store_release(&q->head, q->head + 1);
-	}
-	irq_work_queue(this_cpu_ptr(&ng_deferred_iw));
-}
-
-/* A page given up at this level (ng_untrap); the kernel log if no room. */
-static void ng_defer_map(const struct mmiotng_map *ev, unsigned int level)
-{
-	struct ng_deferred *q = &this_cpu_ptr(ng_deferred)->q[level];
-
-	if (q->map_head - READ_ONCE(q->map_tail) >= NG_DEFER_MAPS) {
-		pr_warn_ratelimited("a page of the mapping at 0x%llx is no longer traced\n",
-				    ev->virt);
-	} else {
-		q->map[q->map_head % NG_DEFER_MAPS] = *ev;
-		/* the event before the head that shows it (one CPU) */
-		smp_store_release(&q->map_head, q->map_head + 1);
-	}
-	irq_work_queue(this_cpu_ptr(&ng_deferred_iw));
-}
-
-/*
- * Records lost on this CPU (ng_deferred full) not yet said: the next record
- * that goes out from this CPU says them.  Level 0, interrupts off.
- */
-static DEFINE_PER_CPU(unsigned int, ng_lost_unsaid);
-
-static void ng_trace(const struct mmiotng_access *a)
-{
-	unsigned int lost = this_cpu_read(ng_lost_unsaid);
-	struct mmiotng_access r;
-
-	if (!lost) {
-		trace_mmiotng_access(a);
-		return;
-	}
-	r = *a;
-	r.lost = min_t(unsigned int, lost, U16_MAX);
-	this_cpu_sub(ng_lost_unsaid, r.lost);
-	trace_mmiotng_access(&r);
-}
-
-/* Trace what NMI-like contexts queued on this CPU; level 0, interrupts off. */
-static void ng_report_deferred(void)
-{
-	struct ng_deferred *q = this_cpu_ptr(ng_deferred)->q;
-	struct mmiotng_access a;
-	unsigned int i, lost;
-
-	for (i = 1; i < NG_LEVELS; i++) {
-		/* pairs with ng_defer*(): the slot is filled before the head moves */
-		while (q[i].map_tail != smp_load_acquire(&q[i].map_head)) {
-			struct mmiotng_map ev = q[i].map[q[i].map_tail % NG_DEFER_MAPS];
-
-			/* copied before the slot is given back */
-			smp_store_release(&q[i].map_tail, q[i].map_tail + 1);
-			trace_mmiotng_map(&ev);
-		}
-		lost = READ_ONCE(q[i].lost) - q[i].lost_said;
-		if (lost) {
-			q[i].lost_said += lost;
-			this_cpu_add(ng_lost_unsaid, lost);
-		}
-		/* pairs with ng_defer*(): the slot is filled before the head moves */
-		while (q[i].tail != smp_load_acquire(&q[i].head)) {
-			a = q[i].rec[q[i].tail % NG_DEFER_RECS];
-			/* copied before the slot is given back */
-			smp_store_release(&q[i].tail, q[i].tail + 1);
-			ng_trace(&a);
-		}
-	}
-}
-
-static void ng_deferred_irq_work(struct irq_work *w)
-{
-	ng_report_deferred();
-}
-
-int ng_report_init(void)
-{
-	int cpu;
-
-	/* hard irq_works: in interrupt context on PREEMPT_RT too */
-	for_each_possible_cpu(cpu) {
-		struct irq_work *w = per_cpu_ptr(&ng_deferred_iw, cpu);
-
-		*w = IRQ_WORK_INIT_HARD(ng_deferred_irq_work);
-	}
-	ng_deferred = alloc_percpu(struct ng_deferred_cpu);
-	return ng_deferred ? 0 : -ENOMEM;
-}
-
-/*
- * After the fault hook and the single-step are gone (the last steps'
- * records were queued by their traps, each with the irq_work that traces
- * it): wait for those irq_works, then free the queues.
- */
-void ng_report_exit(void)
-{
-	int cpu;
-
-	for_each_possible_cpu(cpu)
-		irq_work_sync(per_cpu_ptr(&ng_deferred_iw, cpu));
-	free_percpu(ng_deferred);
-	ng_deferred = NULL;
-}
-
-void ng_report(const struct mmiotng_access *a)
-{
-	unsigned int level = ng_level();
-
-	if (level) {
-		ng_defer(a, level);
-		return;
-	}
-	ng_report_deferred();	/* they came first */
-	ng_trace(a);
-}
-
-/* A mapping of a traced range was armed (err 0) or left unarmed (why). */
-void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err)
-{
-	struct mmiotng_map ev = {
-		.virt = virt, .phys = phys, .size = size, .err = err,
-	};
-
-	trace_mmiotng_map(&ev);
-}
-
-void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
-		    unsigned long addr, unsigned long ip,
-		    const u8 *bytes, unsigned int nbytes)
-{
-	memset(acc, 0, sizeof(*acc));
-	acc->map_virt = m->virt;
-	acc->phys = m->phys + (addr - m->virt);
-	acc->ip = ip;
-	acc->insn_len = min_t(unsigned int, nbytes, MMIOTNG_INSN_BYTES);
-	memcpy(acc->insn, bytes, acc->insn_len);
-}
-
-/* What the kernel's mmiotrace would print for this access. */
-void ng_fill_compat(struct mmiotng_access *acc, const u8 *bytes,
-		    unsigned int nbytes, const struct pt_regs *regs)
-{
-	u8 op, width;
-	u64 value;
-
-	ng_compat(bytes, nbytes, regs, &op, &width, &value);
-	acc->compat_op = op;
-	acc->compat_width = width;
-	acc->compat_value = value;
-}
 
 /* ---- emulation ------------------------------------------------------ */
 
@@ -300,90 +90,10 @@ static bool ng_is_string(const struct ng_insn *insn)
 	return insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS;
 }
 
-/* Whether [phys, phys + width) lies inside the traced range of f. */
-bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width)
-{
-	return phys >= f->start && phys + width <= f->start + f->size;
-}
-
-#define NG_UNREACHABLE	IOMEM_ERR_PTR(-EFAULT)
-#define NG_UNREACHABLE_PAGE	((struct ng_page *)ERR_PTR(-EFAULT))
-
-/*
- * The page of an armed mapping that holds addr, *pg2 the one that holds
- * the last byte if [addr, addr + width) crosses into the next 4K page
- * (else NULL), and *mp their mapping; NULL or NG_UNREACHABLE_PAGE as
- * ng_device_at() says.  No window is changed.
- */
-static struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
-				  unsigned int width, struct ng_mapping **mp,
-				  struct ng_page **pg2)
-{
-	unsigned long last = addr + width - 1;
-	struct ng_mapping *m = hint;
-	struct ng_page *pg;
-
-	*pg2 = NULL;
-	if (!m || addr < m->base || addr - m->base >= m->len)
-		m = ng_find_mapping(addr);
-	if (!m)		/* its last byte may be in one */
-		return ((addr ^ last) & PAGE_MASK) && ng_find_mapping(last) ?
-		       NG_UNREACHABLE_PAGE : NULL;
-	if (last - m->base >= m->len)
-		return NG_UNREACHABLE_PAGE;
-	pg = ng_find_page(m, addr);
-	*pg2 = (addr ^ last) & PAGE_MASK ? ng_find_page(m, last) : NULL;
-	if (!pg || (((addr ^ last) & PAGE_MASK) && !*pg2))
-		return NG_UNREACHABLE_PAGE;
-	*mp = m;
-	return pg;
-}
-
-/*
- * Where the access [addr, addr + width) is made: this CPU's window onto the
- * page of an armed mapping (mmiotng_window.c), and *mp is set to the
- * mapping; NULL if no byte of it is in an armed mapping (the other operand
- * of a movs: kernel or user memory); NG_UNREACHABLE if it is in one but
- * the window cannot reach it all (it crosses the mapping's end, or starts
- * outside one): the instruction must be single-stepped.  An access across
- * a page boundary inside a mapping goes through the window's two pages.
- * hint, if not NULL, is looked at before the list of mappings.  The caller
- * asks ng_reported() whether the access is one to report.
- */
-static void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
-				  unsigned int width, struct ng_mapping **mp)
-{
-	struct ng_page *pg2, *pg = ng_page_at(hint, addr, width, mp, &pg2);
-	void __iomem *io;
-
-	if (!pg)
-		return NULL;
-	io = IS_ERR(pg) ? NULL : ng_window_map(pg, addr, pg2, width);
-	return io ?: NG_UNREACHABLE;
-}
-
-static void __iomem *ng_device(unsigned long addr, unsigned int width,
-			       struct ng_mapping **mp)
-{
-	return ng_device_at(NULL, addr, width, mp);
-}
-
 /* Whether an access through m at addr is inside the traced BAR. */
 static bool ng_reported(const struct ng_mapping *m, unsigned long addr, unsigned int width)
 {
 	return ng_in_filter(m->filter, m->phys + (addr - m->virt), width);
-}
-
-/*
- * Where [addr, addr + width) is reached (ng_device), under RCU; NULL if not
- * MMIO or not reachable through one window.
- */
-void __iomem *ng_device_addr(unsigned long addr, unsigned int width)
-{
-	struct ng_mapping *m;
-	void __iomem *io = ng_device(addr, width, &m);
-
-	return IS_ERR(io) ? NULL : io;
 }
 
 /* The access itself, through the window; width is 1, 2, 4 or 8 (ng_emulate). */
@@ -841,10 +551,7 @@ static bool ng_untrap(struct ng_mapping *m, unsigned long addr, unsigned int lev
 	if (!pg || !ng_page_give_back(pg))
 		return false;
 	this_cpu_inc(ng_stats.refused);
-	if (level && level < NG_LEVELS)
-		ng_defer_map(&ev, level);
-	else
-		trace_mmiotng_map(&ev);
+	ng_report_unarmed(&ev, level);
 	return true;
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * mmiotng: generic-netlink transport (family MMIOTNG_GENL_NAME, see
- * mmiotng_abi.h) of the session commands in mmiotng_ctl.c.
+ * mmiotng_abi.h) of the session commands (mmiotng_ctl.c, mmiotng_filters.c).
  *
  * Every command needs CAP_SYS_ADMIN (it rewrites kernel page tables):
  * GENL_ADMIN_PERM only checks CAP_NET_ADMIN, so pre_doit checks

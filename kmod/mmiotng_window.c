@@ -28,10 +28,15 @@
  *    when the session's last filter goes; until then a window may keep
  *    showing a page of a filter that went (a device removed meanwhile),
  *    with the memory type its driver had (UC- for an ioremap()).
+ *  - ng_page_at(), ng_device_at() and ng_device_addr() run in the fault
+ *    and single-step paths, interrupts off, under RCU: the mappings they
+ *    find are freed only after a grace period.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/err.h>
+#include <linux/io.h>
 #include <linux/mm.h>
 #include <linux/vmalloc.h>
 #include <linux/preempt.h>
@@ -202,4 +207,77 @@ void ng_windows_exit(void)
 {
 	ng_windows_reset();
 	vfree(ng_window_area);
+}
+
+/* ---- where an access is made ---------------------------------------- */
+
+/* Whether [phys, phys + width) lies inside the traced range of f. */
+bool ng_in_filter(const struct ng_filter *f, phys_addr_t phys, unsigned int width)
+{
+	return phys >= f->start && phys + width <= f->start + f->size;
+}
+
+/*
+ * The page of an armed mapping that holds addr, *pg2 the one that holds
+ * the last byte if [addr, addr + width) crosses into the next 4K page
+ * (else NULL), and *mp their mapping; NULL or NG_UNREACHABLE_PAGE as
+ * ng_device_at() says.  No window is changed.
+ */
+struct ng_page *ng_page_at(struct ng_mapping *hint, unsigned long addr,
+			   unsigned int width, struct ng_mapping **mp,
+			   struct ng_page **pg2)
+{
+	unsigned long last = addr + width - 1;
+	struct ng_mapping *m = hint;
+	struct ng_page *pg;
+
+	*pg2 = NULL;
+	if (!m || addr < m->base || addr - m->base >= m->len)
+		m = ng_find_mapping(addr);
+	if (!m)		/* its last byte may be in one */
+		return ((addr ^ last) & PAGE_MASK) && ng_find_mapping(last) ?
+		       NG_UNREACHABLE_PAGE : NULL;
+	if (last - m->base >= m->len)
+		return NG_UNREACHABLE_PAGE;
+	pg = ng_find_page(m, addr);
+	*pg2 = (addr ^ last) & PAGE_MASK ? ng_find_page(m, last) : NULL;
+	if (!pg || (((addr ^ last) & PAGE_MASK) && !*pg2))
+		return NG_UNREACHABLE_PAGE;
+	*mp = m;
+	return pg;
+}
+
+/*
+ * Where the access [addr, addr + width) is made: this CPU's window onto the
+ * page of an armed mapping (above), and *mp is set to the
+ * mapping; NULL if no byte of it is in an armed mapping (the other operand
+ * of a movs: kernel or user memory); NG_UNREACHABLE if it is in one but
+ * the window cannot reach it all (it crosses the mapping's end, or starts
+ * outside one): the instruction must be single-stepped.  An access across
+ * a page boundary inside a mapping goes through the window's two pages.
+ * hint, if not NULL, is looked at before the list of mappings.  The caller
+ * asks ng_reported() whether the access is one to report.
+ */
+void __iomem *ng_device_at(struct ng_mapping *hint, unsigned long addr,
+			   unsigned int width, struct ng_mapping **mp)
+{
+	struct ng_page *pg2, *pg = ng_page_at(hint, addr, width, mp, &pg2);
+	void __iomem *io;
+
+	if (!pg)
+		return NULL;
+	io = IS_ERR(pg) ? NULL : ng_window_map(pg, addr, pg2, width);
+	return io ?: NG_UNREACHABLE;
+}
+
+/*
+ * Where [addr, addr + width) is reached (ng_device_at), under RCU; NULL if not
+ * MMIO or not reachable through one window.
+ */
+void __iomem *ng_device_addr(unsigned long addr, unsigned int width)
+{
+	struct ng_mapping *m;
+	void __iomem *io = ng_device_at(NULL, addr, width, &m);
+
+	return IS_ERR(io) ? NULL : io;
 }

@@ -375,9 +375,9 @@ static bool ng_covers(unsigned long addr, unsigned int width,
 	return fault_addr - addr < width;
 }
 
-static void ng_report(const struct ng_mem_ops *ops, void *ctx,
-		      unsigned long addr, unsigned int width, u8 op, u64 val,
-		      u64 elem)
+static void ng_op_done(const struct ng_mem_ops *ops, void *ctx,
+		       unsigned long addr, unsigned int width, u8 op, u64 val,
+		       u64 elem)
 {
 	struct ng_access acc;
 
@@ -402,7 +402,7 @@ static int ng_do_read(const struct ng_mem_ops *ops, void *ctx,
 	if (ret)
 		return ret;
 	*val &= ng_mask(width);
-	ng_report(ops, ctx, addr, width, NG_OP_READ, *val, elem);
+	ng_op_done(ops, ctx, addr, width, NG_OP_READ, *val, elem);
 	return 0;
 }
 
@@ -416,7 +416,7 @@ static int ng_do_write(const struct ng_mem_ops *ops, void *ctx,
 	ret = ops->write(ctx, addr, width, val);
 	if (ret)
 		return ret;
-	ng_report(ops, ctx, addr, width, NG_OP_WRITE, val, elem);
+	ng_op_done(ops, ctx, addr, width, NG_OP_WRITE, val, elem);
 	return 0;
 }
 

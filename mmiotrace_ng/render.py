@@ -135,7 +135,7 @@ def mark_line(rec: NgRecMark) -> str:
 
 
 # Why the helper left a mapping of a traced range unarmed (-errno of the
-# mmiotng_map tracepoint, kmod/mmiotng_probes.c and mmiotng_ctl.c).
+# mmiotng_map tracepoint, kmod/mmiotng_probes.c and mmiotng_filters.c).
 UNTRACED_REASONS: Final[dict[int, str]] = {
     2: "it is not inside one traced BAR",                   # ENOENT
     12: "the helper ran out of memory",                     # ENOMEM
