@@ -91,7 +91,7 @@ def relocate(code: bytes, fds: dict[int, int]) -> bytes:
     return bytes(out)
 
 
-def _sha256():  # noqa: ANN202 (hashlib's private type)
+def new_sha256():  # noqa: ANN202 (hashlib's private type)
     """SHA-256 from Python's own module: hashlib loads OpenSSL's libcrypto
     first, a tenth of a second of every start in a TCG guest."""
     try:
@@ -105,17 +105,21 @@ def _sha256():  # noqa: ANN202 (hashlib's private type)
 
 
 def cache_key(source: Path, headers: list[Path], cflags: list[str], bcc_version: str) -> str:
-    """What the compiled object depends on: sources, flags, kernel and bcc."""
-    h = _sha256()
+    """What the compiled object depends on: sources, flags, kernel and bcc.
+    Not where the sources are: an include directory counts by its name (its
+    headers by their contents), so a checkout and an installed copy of the
+    same sources share one object."""
+    h = new_sha256()
+    flags = [f"-I{Path(f[2:]).name}" if f.startswith("-I") else f for f in cflags]
     for part in (str(FORMAT), platform.release(), platform.version(), bcc_version,
-                 *cflags):
+                 *flags):
         h.update(part.encode() + b"\0")
     for path in (source, *sorted(headers)):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:32]
 
 
-def _trusted_dir(path: Path) -> bool:
+def trusted_dir(path: Path) -> bool:
     """Only a directory this (root) user owns and nobody else may write is
     used: its contents are loaded into the kernel."""
     try:
@@ -126,7 +130,7 @@ def _trusted_dir(path: Path) -> bool:
 
 
 def load_cached(key: str, cache_dir: Path = CACHE_DIR) -> BpfObject | None:
-    if not _trusted_dir(cache_dir):
+    if not trusted_dir(cache_dir):
         return None
     try:
         text = (cache_dir / f"{key}.json").read_text()
@@ -142,7 +146,7 @@ def store(key: str, obj: BpfObject, cache_dir: Path = CACHE_DIR) -> None:
     """Best effort: a cache that cannot be written only costs time."""
     try:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _trusted_dir(cache_dir):
+        if not trusted_dir(cache_dir):
             return
         import tempfile
 

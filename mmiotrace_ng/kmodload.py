@@ -136,20 +136,58 @@ def dkms_install(release: str) -> Path:
     return Path(path)
 
 
+# written into a build directory after a build: what it was built from
+STAMP = ".mmiotrace-ng-built-from"
+
+
+def _sources_digest(release: str) -> str:
+    """The shipped helper sources (names and contents) and the kernel."""
+    from .bpfobj import new_sha256
+
+    h = new_sha256()
+    h.update(release.encode() + b"\0")
+    src = source_dir("kmod")
+    ignored = shutil.ignore_patterns(*BUILT_FILES)(str(src), [p.name for p in src.iterdir()])
+    for path in sorted(src.iterdir()):
+        if path.is_file() and path.name not in ignored:
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _built_before(work: Path, digest: str, release: str) -> bool:
+    """Whether work holds a helper built from these sources for release, in
+    a directory only root may write (the module is loaded into the kernel)."""
+    from .bpfobj import trusted_dir
+
+    ko = work / f"{MODULE}.ko"
+    try:
+        stamp = (work / STAMP).read_text()
+    except OSError:
+        return False
+    return (stamp == digest and trusted_dir(work) and trusted_dir(work.parent)
+            and ko.is_file() and _vermagic(ko) == release)
+
+
 def _build(release: str) -> Path:
-    """Build the helper for this kernel in a private copy of kmod/."""
+    """The helper for this kernel, built in a private copy of kmod/ (once:
+    a later run loads that build while the sources are the same)."""
     kdir = Path(f"/lib/modules/{release}/build")
+    work = Path(os.environ.get("MMIOTNG_BUILD_DIR", f"/var/cache/mmiotrace-ng/kmod-{release}"))
+    digest = _sources_digest(release)
+    if _built_before(work, digest, release):
+        return work / f"{MODULE}.ko"
     if not kdir.is_dir():
         raise LoaderError(f"the helper module is not built and there are no kernel headers "
                           f"to build it: install linux-headers-{release}")
-    work = Path(os.environ.get("MMIOTNG_BUILD_DIR", f"/var/cache/mmiotrace-ng/kmod-{release}"))
     _copy_sources(work)
+    work.chmod(0o755)
     print(f"mmiotrace-ng: building the helper module for {release} ...", file=sys.stderr)
     out = subprocess.run(["make", f"-j{os.cpu_count() or 1}", "-C", str(kdir), f"M={work}",
                           "modules"],
                          capture_output=True, text=True)
     if out.returncode:
         raise LoaderError("building the helper module failed:\n" + out.stderr[-2000:])
+    (work / STAMP).write_text(digest)
     return work / f"{MODULE}.ko"
 
 

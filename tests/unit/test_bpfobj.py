@@ -79,6 +79,22 @@ def test_cache_key_follows_sources_and_flags(tmp_path: Path) -> None:
     assert key != cache_key(src, [hdr], ["-DX=1"], "0.26")
 
 
+def test_cache_key_is_the_same_for_a_copy_of_the_sources(tmp_path: Path) -> None:
+    """A checkout's bpf/ and an installed package's data/bpf: one object."""
+    keys = []
+    for where in ("checkout/bpf", "venv/lib/data/bpf"):
+        d = tmp_path / where
+        d.mkdir(parents=True)
+        (d / "p.bpf.c").write_text("int x;")
+        (d / "p.h").write_text("#define A 1")
+        keys.append(cache_key(d / "p.bpf.c", [d / "p.h"], [f"-I{d}", "-DX=1"], "0.26"))
+    assert keys[0] == keys[1]
+    other = tmp_path / "venv/lib/data/include"
+    other.mkdir()
+    assert keys[0] != cache_key(tmp_path / where / "p.bpf.c", [tmp_path / where / "p.h"],
+                                [f"-I{other}", "-DX=1"], "0.26")
+
+
 def test_store_and_load_only_from_a_private_directory(tmp_path: Path) -> None:
     cache = tmp_path / "bpf"
     store("k1", OBJ, cache)
