@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 NG = [str(REPO / "tests" / "vm" / "bin" / "mmiotrace-ng")]
 ARTIFACTS = REPO / "tests" / "artifacts"
+# recordings the host reads after the guests (tests/recorded)
+RECORDED = ARTIFACTS / "recorded"
 MARKER = Path("/sys/kernel/tracing/trace_marker")
 START_TIMEOUT = 300.0   # bcc compiles the BPF programs: slow under TCG
 
@@ -124,3 +127,19 @@ def helper_status() -> dict[str, int]:
 
     with HelperSocket() as h:
         return h.status()._asdict()
+
+
+def recorded_for_host(name: str, exerciser, argv: list[str]) -> Path:
+    """Run mmiotrace-ng with argv ("{rec}" in it: the recording's path) to
+    make RECORDED/name.rec for the host tests of tests/recorded, with the
+    device's facts beside it in name.json."""
+    RECORDED.mkdir(parents=True, exist_ok=True)
+    rec, facts = RECORDED / f"{name}.rec", RECORDED / f"{name}.json"
+    rec.unlink(missing_ok=True)
+    facts.unlink(missing_ok=True)
+    res = subprocess.run([*NG, *(a.replace("{rec}", str(rec)) for a in argv)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    facts.write_text(json.dumps({"bdf": exerciser.dev.name, "bar0": exerciser.bar0[0],
+                                 "made": time.time()}))
+    return rec
