@@ -198,7 +198,7 @@ def test_filter_del_racing_ioremap(held):
     run = StressRun(f"maploop {FOREVER}")
     try:
         wait_virt("maploop_virt")
-        cycles = _filter_cycles(exerciser, run, 40)
+        cycles = _filter_cycles(exerciser, run, RACE_SECONDS)
         print(f"{cycles} filter add/del cycles")
         assert cycles >= 100
         run.stop()
