@@ -3,7 +3,7 @@
  * Records the BPF programs put into the ring buffer for the loader, and
  * the settings the loader gives them.
  * The only definition: bpf/mmiotrace_ng.bpf.c includes it, and
- * mmiotrace_ng/records.py mirrors it (tests/unit/test_abi.py compiles this
+ * mmiotrace_ng/format/records.py mirrors it (tests/unit/test_abi.py compiles this
  * header on the host and checks every size and offset of the mirror).
  */
 #ifndef MMIOTRACE_NG_H
@@ -100,7 +100,7 @@ struct ng_rec_untraced {
 	__u64 phys;		/* as passed to ioremap */
 	__u64 virt;
 	__u64 len;
-	__s32 err;		/* why: -errno (mmiotrace_ng/render.py says it in words) */
+	__s32 err;		/* why: -errno (mmiotrace_ng/format/render.py says it in words) */
 	__u32 pid;
 };
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The helper module's interface, shared by the module, the BPF programs and
- * the Python loader (mmiotrace_ng/abi.py mirrors it; tests/unit/test_abi.py
+ * the Python loader (mmiotrace_ng/format/abi.py mirrors it; tests/unit/test_abi.py
  * checks the mirror against this file).
  *
  * 1. The tracepoints.  For every traced access the module fires the
@@ -105,7 +105,7 @@ enum mmiotng_cmd {
  * and nla_get_/nla_put_ suffixes) and its direction: REQ, taken in a
  * request; REPLY, only in STATUS replies (a request carrying it is
  * refused).  The enum, the module's policy and the check of the Python
- * mirror (ATTR_TYPES in mmiotrace_ng/abi.py) all come from this list.
+ * mirror (ATTR_TYPES in mmiotrace_ng/format/abi.py) all come from this list.
  */
 #define MMIOTNG_ATTRS(X)						\
 	X(PHYS, U64, REQ)		/* physical address */		\

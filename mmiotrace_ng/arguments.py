@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from . import __version__, pci
+from . import __version__
+from .tracer import pci
 
 PROG = "mmiotrace-ng"
 DESCRIPTION = """\

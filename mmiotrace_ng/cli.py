@@ -16,8 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
-from . import __version__, pci, ringbuf
-from .abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
+from . import __version__
 from .arguments import (
     PROG,
     RECORD,
@@ -31,18 +30,22 @@ from .arguments import (
     record_setup,
     trace_parser,
 )
-from .child import ended as child_ended
-from .child import start as start_child
-from .errors import EXIT_USAGE, UsageError
-from .loader import LoaderError, Probes
-from .output import ClosedPipe, closed_pipe, writing
-from .phases import PHASES
-from .records import NgRecAccess, NgRecType, record_sizes
-from .render import ENCODING, ERRORS, Renderer, lost_line, stream_header
-from .vmalloc import existing_mappings, read_vmallocinfo
+from .common import ringbuf
+from .common.bpfload import LoaderError
+from .common.child import ended as child_ended
+from .common.child import start as start_child
+from .common.errors import EXIT_USAGE, UsageError
+from .common.output import ClosedPipe, closed_pipe, writing
+from .common.phases import PHASES
+from .format.abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
+from .format.records import NgRecAccess, NgRecType, record_sizes
+from .format.render import ENCODING, ERRORS, Renderer, lost_line, stream_header
+from .tracer import pci
+from .tracer.loader import Probes
+from .tracer.vmalloc import existing_mappings, read_vmallocinfo
 
 if TYPE_CHECKING:   # imported where used: only recordings need them
-    from .rawfile import RawWriter
+    from .format.rawfile import RawWriter
 
 TRACING = Path("/sys/kernel/tracing")
 LOCK_PATH = "/run/mmiotrace-ng.lock"
@@ -165,7 +168,7 @@ class Session:
         self.raw = raw
         # a recording's symbols, modules unloaded while tracing included
         if raw:
-            from .symsnap import SymbolSnapshots
+            from .format.symsnap import SymbolSnapshots
         self.snapshots = SymbolSnapshots() if raw else None
         self.record = getattr(args, "record", False)     # records only, no text
         self.access_size = ctypes.sizeof(NgRecAccess)
@@ -195,7 +198,7 @@ class Session:
             raise OutputError(exc) from exc
 
     def start(self, ranges: list[tuple[int, int]]) -> None:
-        from .netlink import HelperError, HelperSocket
+        from .tracer.netlink import HelperError, HelperSocket
 
         # The probes come first: every mapping armed below is seen from its
         # MAP on.  And the helper's socket is then the newest descriptor, which
@@ -278,8 +281,8 @@ class Session:
 
     def histogram(self) -> str:
         """--histogram: the table of the counts so far."""
-        from . import histogram
-        from .symbols import Kallsyms
+        from .common.symbols import Kallsyms
+        from .tracer import histogram
 
         assert self.probes is not None
         if self.syms is None:
@@ -320,7 +323,7 @@ class Session:
         """Whether the helper stopped tracing because kprobes are disabled
         (it sees ioremap and iounmap only through them): said on stderr;
         its MARK says it in the trace."""
-        from .netlink import HelperError
+        from .tracer.netlink import HelperError
 
         assert self.helper is not None
         try:
@@ -359,7 +362,7 @@ def trace(args: argparse.Namespace) -> int:
     ranges: list[tuple[int, int]] = []
     if args.all:
         ranges = [(bar.start, bar.end + 1) for bar in pci.all_memory_ranges()]
-    from .histogram import Region
+    from .tracer.histogram import Region
 
     regions: list[Region] = []
     for spec in args.pci:
@@ -382,18 +385,19 @@ def trace(args: argparse.Namespace) -> int:
     try:
         out: BinaryIO = open(args.output, "wb") if args.output else sys.stdout.buffer
         if args.raw:
-            from .rawfile import RawWriter
+            from .format.rawfile import RawWriter
 
             raw = RawWriter(args.raw)
     except OSError as exc:
         os.close(lock)
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from exc
-    from .kmodload import ensure_loaded
-    from .loader import prefetch, source_dir
+    from .common.bpfload import prefetch, source_dir
+    from .tracer.kmodload import ensure_loaded
+    from .tracer.loader import PROGRAMS
 
     try:
         # the BPF programs compile (a first start) while the helper loads
-        prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c")
+        prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
         ensure_loaded(args.helper)
         PHASES.done("helper module")
     except LoaderError:
@@ -514,7 +518,7 @@ def _report_setup(ap: argparse.ArgumentParser) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
-    from .tracefile import Trace, TraceError, rendered_text
+    from .analysis.tracefile import Trace, TraceError, rendered_text
 
     try:
         trace = Trace(args.file)
@@ -545,7 +549,7 @@ def _no_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def status(args: argparse.Namespace) -> int:
-    from .netlink import HelperError, HelperSocket
+    from .tracer.netlink import HelperError, HelperSocket
 
     try:
         with HelperSocket() as h:
@@ -563,7 +567,7 @@ def _install_helper_setup(ap: argparse.ArgumentParser) -> None:
 
 
 def install_helper(args: argparse.Namespace) -> int:
-    from .kmodload import dkms_install, dkms_version
+    from .tracer.kmodload import dkms_install, dkms_version
 
     if os.geteuid() != 0:
         raise UsageError("must be run as root (it installs a kernel module)")
@@ -576,8 +580,9 @@ def install_helper(args: argparse.Namespace) -> int:
     if release == os.uname().release:
         # the first trace then starts as fast as the later ones (bcc needs
         # the running kernel's headers: other kernels compile on first use)
+        from .common.bpfload import compiled, source_dir
         from .ksym.probes import PROGRAMS as KSYM_PROGRAMS
-        from .loader import PROGRAMS, compiled, source_dir
+        from .tracer.loader import PROGRAMS
 
         for name, programs in (("mmiotrace_ng.bpf.c", PROGRAMS),
                                ("ksym.bpf.c", KSYM_PROGRAMS)):
@@ -619,18 +624,18 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                "Compare two traces (text or recorded) the way their users do: timestamps, "
                "virtual addresses, map ids, instruction addresses and pids ignored, runs of "
                "one repeated record (polling) folded.  Exit status 0: the same, 1: they "
-               "differ, 2: trouble.", *_lazy("diff")),
+               "differ, 2: trouble.", *_lazy("analysis.diff")),
     Subcommand("annotate", "a trace for people: register names, callers",
                "Print a trace (text or recorded) as a readable listing: register names and "
                "fields from a register map, callers, time deltas, polling loops folded.",
-               *_lazy("annotate")),
+               *_lazy("analysis.annotate")),
     Subcommand("export", "a trace as Chrome trace-event JSON (Perfetto)",
                "Write a trace (text or recorded) in the Chrome trace-event format that "
-               "Perfetto's UI and chrome://tracing open.", *_lazy("export")),
+               "Perfetto's UI and chrome://tracing open.", *_lazy("analysis.export")),
     Subcommand("plot", "draw registers against time (PNG, matplotlib)",
                "Draw the accesses of a trace (text or recorded): register against time, "
                "reads and writes in two colours, MARK lines as labelled verticals.",
-               *_lazy("plot")),
+               *_lazy("analysis.plot")),
 
     Subcommand("ksym", "watch kernel variables with hardware breakpoints",
                "", _ksym_setup, ksym, takes_command=True),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .regmap import shipped
+from .analysis.regmap import shipped
 
 PROG = "mmiotrace-ng"
 # options whose argument is a PCI address, a register map, or a word to type

@@ -196,7 +196,7 @@ def format_check(c: Check) -> str:
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
-    from .diff import _Formatter  # paragraphs filled, indented lines kept
+    from .analysis.diff import _Formatter  # paragraphs filled, indented lines kept
 
     ap.epilog = ("exit status:\n  0 every check passed (warnings say what may still be "
                  "needed), 2 one failed")

@@ -22,10 +22,11 @@ def wants_programs(argv: list[str]) -> bool:
 
 def prefetch_programs() -> None:
     """Begin getting the tracer's BPF programs in the background."""
-    from .loader import LoaderError, prefetch, source_dir
+    from .common.bpfload import LoaderError, prefetch, source_dir
+    from .tracer.loader import PROGRAMS
 
     try:
-        prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c")
+        prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
     except LoaderError:
         pass        # the trace says what is missing, in its place
 
@@ -42,7 +43,7 @@ def main() -> int:
 
     status = cli_main(argv, parsed)
     if parsed is not None:
-        from .loader import prefetch_running
+        from .common.bpfload import prefetch_running
 
         if prefetch_running():
             # The run ended before it needed the programs (no such device,

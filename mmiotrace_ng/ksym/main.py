@@ -12,12 +12,12 @@ import sys
 import time
 from typing import BinaryIO
 
-from ..child import ended as child_ended
-from ..child import start as start_child
-from ..errors import EXIT_USAGE, UsageError
-from ..loader import LoaderError
-from ..ringbuf import payloads
-from ..symbols import Kallsyms, SymbolError
+from ..common.bpfload import LoaderError
+from ..common.child import ended as child_ended
+from ..common.child import start as start_child
+from ..common.errors import EXIT_USAGE, UsageError
+from ..common.ringbuf import payloads
+from ..common.symbols import Kallsyms, SymbolError
 from .output import Options, header, histogram_table, hit_line, lost_line
 from .records import NgKsymHit
 from .request import RequestError, Watch, resolve

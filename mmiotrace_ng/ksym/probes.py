@@ -11,8 +11,8 @@ import os
 import struct
 from pathlib import Path
 
-from .. import bpfsys
-from ..loader import (
+from ..common import bpfsys
+from ..common.bpfload import (
     CACHE_DIR,
     LoaderError,
     compiled,
@@ -23,7 +23,7 @@ from ..loader import (
     read_drops,
     source_dir,
 )
-from ..ringbuf import RingReader
+from ..common.ringbuf import RingReader
 from .records import NgKsymConfig, NgKsymKey, NgKsymWatch
 from .request import Watch
 

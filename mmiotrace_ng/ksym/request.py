@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .. import btf
-from ..btf import variable_size as btf_variable_size
-from ..symbols import TEXT_TYPES, Kallsyms, Symbol, SymbolError, module_object_size
+from ..common import btf
+from ..common.btf import variable_size as btf_variable_size
+from ..common.symbols import TEXT_TYPES, Kallsyms, Symbol, SymbolError, module_object_size
 from .records import NG_KSYM_MAX_WATCHES
 
 LENGTHS = (8, 4, 2, 1)

@@ -19,7 +19,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 from render_bench import synthetic_access_records  # noqa: E402
 
-from mmiotrace_ng import rawfile, ringbuf  # noqa: E402
+from mmiotrace_ng.common import ringbuf  # noqa: E402
+from mmiotrace_ng.format import rawfile  # noqa: E402
 
 RECORDS = 2_000_000
 BATCH = 100_000

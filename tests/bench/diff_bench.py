@@ -26,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mmiotrace_ng import diff, rawfile  # noqa: E402
-from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE  # noqa: E402
-from mmiotrace_ng.records import NgRecAccess, NgRecMap, NgRecType  # noqa: E402
+from mmiotrace_ng.analysis import diff
+from mmiotrace_ng.format import rawfile  # noqa: E402
+from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE  # noqa: E402
+from mmiotrace_ng.format.records import NgRecAccess, NgRecMap, NgRecType  # noqa: E402
 
 BAR = 0xFEB4_0000
 BAR_LEN = 0x20000

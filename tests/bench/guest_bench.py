@@ -450,7 +450,7 @@ class NgTracer(Tracer):
 # -- the helper module alone (the cost breakdown) -------------------------
 
 HELPER_KO = REPO / "kmod" / "mmiotng.ko"
-# the helper's modes measured without the tracer (mmiotrace_ng.abi.Mode)
+# the helper's modes measured without the tracer (mmiotrace_ng.format.abi.Mode)
 HELPER_MODES = {"ng_trap_only": "TRAP_ONLY", "ng_helper_emulate": "EMULATE",
                 "ng_helper_singlestep": "SINGLESTEP"}
 # trap-only skips each instruction: a rep movsl would be one trap in all
@@ -474,12 +474,12 @@ class HelperOnly:
     """The helper module traps edu's BAR0, driven over netlink as the
     tracer drives it, but with no BPF program attached: its tracepoints
     stay off.  Each mapping the exerciser makes is armed by the helper's
-    ioremap probe.  ``mode`` is a mmiotrace_ng.abi.Mode name."""
+    ioremap probe.  ``mode`` is a mmiotrace_ng.format.abi.Mode name."""
 
     def __init__(self, bdf: str, mode: str) -> None:
         sys.path.insert(0, str(REPO))
-        from mmiotrace_ng.abi import Mode
-        from mmiotrace_ng.netlink import HelperSocket
+        from mmiotrace_ng.format.abi import Mode
+        from mmiotrace_ng.tracer.netlink import HelperSocket
 
         self.mode = Mode[mode]
         self.sock = HelperSocket()
@@ -500,7 +500,7 @@ class HelperOnly:
         global wrong_values_expected
         wrong_values_expected = False
         try:
-            from mmiotrace_ng.abi import Mode
+            from mmiotrace_ng.format.abi import Mode
 
             self.sock.set_mode(Mode.EMULATE)
             self.sock.disarm_all()

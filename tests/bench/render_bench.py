@@ -11,9 +11,9 @@ import functools
 import random
 import time
 
-from mmiotrace_ng import ringbuf
-from mmiotrace_ng.records import NgRecAccess, NgRecType
-from mmiotrace_ng.render import Renderer
+from mmiotrace_ng.common import ringbuf
+from mmiotrace_ng.format.records import NgRecAccess, NgRecType
+from mmiotrace_ng.format.render import Renderer
 
 
 def synthetic_access_records(n: int, seed: int = 1) -> list[bytes]:

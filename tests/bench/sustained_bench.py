@@ -25,8 +25,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 import guest_bench as gb  # noqa: E402
 
-from mmiotrace_ng import ringbuf  # noqa: E402
-from mmiotrace_ng.rawfile import ACCESS_SIZE, open_recording  # noqa: E402
+from mmiotrace_ng.common import ringbuf  # noqa: E402
+from mmiotrace_ng.format.rawfile import ACCESS_SIZE, open_recording  # noqa: E402
 
 LOOP_CHUNK = 50_000               # readl per exerciser call in the sustained loop
 FB_BYTES = 0xFF000                # the exerciser's largest memcpy_toio

@@ -114,8 +114,8 @@ def sections(text: str) -> dict[int, str]:
 
 def render(raw: Path, compat: bool = False) -> str:
     """What `mmiotrace-ng render [--compat] RAW` prints (in-process: faster)."""
-    from mmiotrace_ng.rawfile import read_raw
-    from mmiotrace_ng.render import Renderer
+    from mmiotrace_ng.format.rawfile import read_raw
+    from mmiotrace_ng.format.render import Renderer
 
     header, recs = read_raw(str(raw))
     return header + Renderer(compat=compat).feed_batch(recs)
@@ -123,7 +123,7 @@ def render(raw: Path, compat: bool = False) -> str:
 
 def helper_status() -> dict[str, int]:
     """The helper's counters (what `mmiotrace-ng status` prints), in-process."""
-    from mmiotrace_ng.netlink import HelperSocket
+    from mmiotrace_ng.tracer.netlink import HelperSocket
 
     with HelperSocket() as h:
         return h.status()._asdict()

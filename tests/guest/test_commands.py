@@ -17,8 +17,8 @@ from held import held_pages, hold, wait_armed, wait_whole
 from kernel_tracer import find_pci_device, to_records
 from ng_tracer import NG, NgTracer, helper_status
 
-import mmiotrace_ng.netlink as nl
-from mmiotrace_ng.abi import MMIOTNG_MAX_FILTERS
+import mmiotrace_ng.tracer.netlink as nl
+from mmiotrace_ng.format.abi import MMIOTNG_MAX_FILTERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers" / "edu_exerciser"))
 import scenarios as sc  # noqa: E402

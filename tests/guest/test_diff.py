@@ -14,7 +14,7 @@ import pytest
 from kernel_tracer import capture, find_pci_device
 from ng_tracer import ARTIFACTS, NG
 
-from mmiotrace_ng.rawfile import open_recording
+from mmiotrace_ng.format.rawfile import open_recording
 
 RUN = Path("/sys/kernel/debug/edu_exerciser/run")
 E1000_ID = (0x8086, 0x100E)

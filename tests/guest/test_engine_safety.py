@@ -29,8 +29,8 @@ from kernel_tracer import find_pci_device, to_records
 from ng_tracer import MARKER, REPO, NgTracer, helper_status
 from test_reliability import PY
 
-import mmiotrace_ng.netlink as nl
-from mmiotrace_ng.vmalloc import read_vmallocinfo
+import mmiotrace_ng.tracer.netlink as nl
+from mmiotrace_ng.tracer.vmalloc import read_vmallocinfo
 
 STRESS = EXERCISER_DEBUGFS / "stress"
 HELPER_KO = REPO / "kmod" / "mmiotng.ko"
@@ -397,7 +397,7 @@ def test_privilege_and_armable_ranges(exerciser):
 import os
 caps = [ln for ln in open("/proc/self/status") if ln.startswith("CapEff")]
 assert int(caps[0].split()[1], 16) == 1 << 12, caps      # CAP_NET_ADMIN only
-from mmiotrace_ng.netlink import HelperSocket, HelperError
+from mmiotrace_ng.tracer.netlink import HelperSocket, HelperError
 try:
     HelperSocket().filter_add({start}, {length})
 except HelperError as e:

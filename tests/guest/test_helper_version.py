@@ -18,8 +18,8 @@ from held import ensure_helper
 from kernel_tracer import to_records
 from ng_tracer import NG, REPO, NgTracer, helper_status
 
-import mmiotrace_ng.netlink as nl
-from mmiotrace_ng.abi import MMIOTNG_ABI_VERSION
+import mmiotrace_ng.tracer.netlink as nl
+from mmiotrace_ng.format.abi import MMIOTNG_ABI_VERSION
 
 STALE_KO = REPO / "tests" / "artifacts" / "stale-helper" / "mmiotng.ko"
 

@@ -16,7 +16,7 @@ from kernel_tracer import PciDevice, find_pci_devices, to_records
 from ng_tracer import ARTIFACTS, NG, helper_status, sections
 from test_ng_trace import COMPARED, count_for, decoded
 
-from mmiotrace_ng.rawfile import open_recording
+from mmiotrace_ng.format.rawfile import open_recording
 
 RUN = Path("/sys/kernel/debug/edu_exerciser/run")
 MARKER = "/sys/kernel/tracing/trace_marker"

@@ -25,9 +25,9 @@ from held import assert_left_whole, ensure_helper, held_pages, hold, wait_whole
 from kernel_tracer import find_pci_device, to_records
 from ng_tracer import NG, REPO, NgTracer, helper_status
 
-import mmiotrace_ng.netlink as nl
-from mmiotrace_ng.abi import MmiotngCmd, Mode
-from mmiotrace_ng.vmalloc import read_vmallocinfo
+import mmiotrace_ng.tracer.netlink as nl
+from mmiotrace_ng.format.abi import MmiotngCmd, Mode
+from mmiotrace_ng.tracer.vmalloc import read_vmallocinfo
 
 PY = sys.executable  # the guest's Python: the venv, or a release's own (tests/vm/run)
 # kill cycles per test: three at each of the CLI's four kinds of points
@@ -291,7 +291,7 @@ def test_unprivileged_netlink_refused(held):
     hold("map")
     start, length = exerciser.bar0
     code = f"""
-from mmiotrace_ng.netlink import HelperSocket, HelperError
+from mmiotrace_ng.tracer.netlink import HelperSocket, HelperError
 try:
     HelperSocket().filter_add({start}, {length})
 except HelperError as e:

@@ -1,4 +1,4 @@
-"""The Python mirrors (mmiotrace_ng/records.py, mmiotrace_ng/abi.py) against the
+"""The Python mirrors (mmiotrace_ng/format/records.py, mmiotrace_ng/format/abi.py) against the
 C headers they mirror, compiled on the host.
 
 The structs, fields, enums and #defines to check are read from the header text,
@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from mmiotrace_ng import abi, records
+from mmiotrace_ng.format import abi, records
 from mmiotrace_ng.ksym import records as ksym_records
 
 REPO = Path(__file__).resolve().parents[2]

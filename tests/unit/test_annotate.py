@@ -12,10 +12,12 @@ import re
 
 import pytest
 
-from mmiotrace_ng import annotate, cli, rawfile
-from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
-from mmiotrace_ng.errors import UsageError
-from mmiotrace_ng.records import NgRecAccess, NgRecMap, NgRecType
+from mmiotrace_ng import cli
+from mmiotrace_ng.analysis import annotate
+from mmiotrace_ng.common.errors import UsageError
+from mmiotrace_ng.format import rawfile
+from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
+from mmiotrace_ng.format.records import NgRecAccess, NgRecMap, NgRecType
 
 HEADER = "VERSION 20070824\n"
 # 00:06.0, an 82540EM (e1000.regs): BAR0 memory 0xfeb40000 (128 KiB), BAR1 I/O, ROM
@@ -262,7 +264,7 @@ class Recorder:
 
 
 def event(key: int, t: int) -> annotate.Event:
-    from mmiotrace_ng.tracefile import Access
+    from mmiotrace_ng.analysis.tracefile import Access
 
     return annotate.Event(Access("R", 0, 1, key, 4, key), t)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import cli, rawfile
+from mmiotrace_ng import cli
+from mmiotrace_ng.format import rawfile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from render_bench import synthetic_access_records  # noqa: E402

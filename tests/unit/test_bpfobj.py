@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng.bpfobj import (
+from mmiotrace_ng.common.bpfobj import (
     BPF_LD_IMM64,
     BpfObject,
     MapSpec,

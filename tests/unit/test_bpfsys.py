@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import bpfsys
-from mmiotrace_ng.bpfobj import BpfObject
-from mmiotrace_ng.loader import LoaderError, load_program
+from mmiotrace_ng.common import bpfsys
+from mmiotrace_ng.common.bpfload import LoaderError, load_program
+from mmiotrace_ng.common.bpfobj import BpfObject
 
 BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_ARRAY = 1, 2
 BPF_PROG_TYPE_SOCKET_FILTER = 1

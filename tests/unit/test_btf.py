@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from ng_require import missing
 
-from mmiotrace_ng import btf
-from mmiotrace_ng.btf import BTF, BTFError
+from mmiotrace_ng.common import btf
+from mmiotrace_ng.common.btf import BTF, BTFError
 
 (INT, PTR, ARRAY, STRUCT, UNION, ENUM, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC,
  FUNC_PROTO, VAR, DATASEC, FLOAT, DECL_TAG, TYPE_TAG, ENUM64) = range(1, 20)

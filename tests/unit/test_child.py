@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from mmiotrace_ng.child import ended, start
-from mmiotrace_ng.errors import UsageError
+from mmiotrace_ng.common.child import ended, start
+from mmiotrace_ng.common.errors import UsageError
 
 
 def wait(child) -> int:

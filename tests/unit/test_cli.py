@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import arguments, cli, rawfile, vmalloc
-from mmiotrace_ng.records import NgRecMark, NgRecType
-from mmiotrace_ng.render import Renderer
+from mmiotrace_ng import arguments, cli
+from mmiotrace_ng.format import rawfile
+from mmiotrace_ng.format.records import NgRecMark, NgRecType
+from mmiotrace_ng.format.render import Renderer
+from mmiotrace_ng.tracer import vmalloc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from render_bench import synthetic_access_records  # noqa: E402
@@ -293,7 +295,7 @@ def test_render_into_a_closed_pipe_ends_quietly(tmp_path):
 
 def test_status_prints_every_counter(monkeypatch, capsys):
     """`mmiotrace-ng status` prints the helper's counters, one per line."""
-    from mmiotrace_ng import netlink
+    from mmiotrace_ng.tracer import netlink
 
     st = netlink.Status(*range(1, len(netlink.Status._fields) + 1))
 

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import cli, diff, rawfile
-from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
-from mmiotrace_ng.records import NgRecAccess, NgRecMap, NgRecMark, NgRecType, NgRecUnmap
-from mmiotrace_ng.render import Renderer
+from mmiotrace_ng import cli
+from mmiotrace_ng.analysis import diff
+from mmiotrace_ng.format import rawfile
+from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
+from mmiotrace_ng.format.records import NgRecAccess, NgRecMap, NgRecMark, NgRecType, NgRecUnmap
+from mmiotrace_ng.format.render import Renderer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from diff_bench import synthetic_lines  # noqa: E402
@@ -661,7 +663,7 @@ def test_bench_diff_runs():
 def test_memory_stays_bounded(tmp_path, monkeypatch):
     """Two traces streamed from generators (no file): the records held at a
     time stay a small part of the whole."""
-    from mmiotrace_ng import tracefile
+    from mmiotrace_ng.analysis import tracefile
 
     def chunks(self, **_):
         lines = synthetic_lines(300_000, boot=int(Path(self.path).name))

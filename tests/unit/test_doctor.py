@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mmiotrace_ng import cli, doctor
-from mmiotrace_ng.errors import UsageError
+from mmiotrace_ng.common.errors import UsageError
 
 RELEASE = "6.1.0-57-amd64"
 ALL_SET = "".join(f"CONFIG_{o}=y\n" for o in doctor.KERNEL_OPTIONS)
@@ -161,7 +161,7 @@ def test_the_trace_says_the_first_check_that_fails(tmp_path, monkeypatch):
 def test_an_unsigned_helper_refused_says_why_and_how(tmp_path):
     """insmod refused for want of a signature: the loader's one line says
     that the kernel loads signed modules only and how to sign the helper."""
-    from mmiotrace_ng.kmodload import signing_hint
+    from mmiotrace_ng.tracer.kmodload import signing_hint
 
     refused = "insmod: ERROR: could not insert module mmiotng.ko: Key was rejected by service"
     root = machine(tmp_path / "a", **{"sys/module/module/parameters/sig_enforce": "Y\n"})

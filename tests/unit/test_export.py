@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import export, rawfile
-from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
-from mmiotrace_ng.accesses import Event
-from mmiotrace_ng.errors import EXIT_USAGE, UsageError
-from mmiotrace_ng.records import (
+from mmiotrace_ng.analysis import export
+from mmiotrace_ng.analysis.accesses import Event
+from mmiotrace_ng.analysis.tracefile import Trace
+from mmiotrace_ng.common.errors import EXIT_USAGE, UsageError
+from mmiotrace_ng.format import rawfile
+from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
+from mmiotrace_ng.format.records import (
     NgRecAccess,
     NgRecMap,
     NgRecMark,
@@ -32,7 +34,6 @@ from mmiotrace_ng.records import (
     NgRecUnmap,
     NgRecUntraced,
 )
-from mmiotrace_ng.tracefile import Trace
 
 PHASES = {"X", "b", "e", "i", "M"}
 METADATA = {"process_name": "name", "thread_name": "name",
@@ -285,7 +286,7 @@ def test_events_are_written_in_time_order(monkeypatch):
     """Records of two CPUs interleaved out of time order, a MARK and a MAP
     among them: the metadata first, then every event by its time, also
     when the events are more than the sorter holds in memory."""
-    from mmiotrace_ng import timeorder
+    from mmiotrace_ng.format import timeorder
 
     monkeypatch.setattr(timeorder, "RUN", 100)      # spills to files past 100
     out = io.StringIO()
@@ -310,7 +311,7 @@ def test_events_are_written_in_time_order(monkeypatch):
 
 
 def test_time_order_spills_and_merges():
-    from mmiotrace_ng.timeorder import TimeOrder
+    from mmiotrace_ng.format.timeorder import TimeOrder
 
     order = TimeOrder(run=7)
     rng = random.Random(1)

@@ -19,6 +19,7 @@ from ng_require import missing
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / "tests" / "artifacts" / "installed"
 OUT = REPO / "tests" / "artifacts" / "helper-build"
+BUILD = "from mmiotrace_ng.tracer.kmodload import _build; print(_build('{kver}'))"
 
 
 def kernel() -> str:
@@ -47,8 +48,7 @@ def built() -> tuple[str, subprocess.CompletedProcess[str]]:
         missing(f"no {VENV}: tests/setup.sh installs the wheel there")
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    res = installed_python(f"from mmiotrace_ng.kmodload import _build; print(_build({kver!r}))",
-                           OUT)
+    res = installed_python(BUILD.format(kver=kver), OUT)
     assert res.returncode == 0, res.stderr
     (OUT.parent / "helper-build.kernel").write_text(kver + "\n")
     return kver, res
@@ -68,8 +68,7 @@ def test_a_second_use_loads_that_build(built):
     kver, first = built
     ko = OUT / "mmiotng.ko"
     before = ko.stat().st_mtime_ns
-    again = installed_python(f"from mmiotrace_ng.kmodload import _build; print(_build({kver!r}))",
-                             OUT)
+    again = installed_python(BUILD.format(kver=kver), OUT)
     assert (again.returncode, again.stderr, again.stdout) == (0, "", first.stdout)
     assert ko.stat().st_mtime_ns == before
 
@@ -78,7 +77,7 @@ def test_other_sources_or_a_directory_others_may_write_build_anew(built, tmp_pat
     kver, _ = built
     copy = tmp_path / "build"
     subprocess.run(["cp", "-a", str(OUT), str(copy)], check=True)
-    check = ("from pathlib import Path; from mmiotrace_ng import kmodload as k; "
+    check = ("from pathlib import Path; from mmiotrace_ng.tracer import kmodload as k; "
              f"print(k._built_before(Path({str(copy)!r}), k._sources_digest({kver!r}), "
              f"{kver!r}))")
     assert installed_python(check, copy).stdout == "True\n"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import kmodload
-from mmiotrace_ng.loader import LoaderError
+from mmiotrace_ng.common.bpfload import LoaderError
+from mmiotrace_ng.tracer import kmodload
 
 RECORDS = ("6,1201,5,-;e1000: unrelated\n"
            "3,1202,6,-;mmiotng: cannot hook bad_area_nosemaphore (ftrace): -16\n"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import io
 
+from mmiotrace_ng.common.ringbuf import pack
+from mmiotrace_ng.common.symbols import Kallsyms
 from mmiotrace_ng.ksym import main as ksym_main
 from mmiotrace_ng.ksym.output import Options, header, histogram_table
 from mmiotrace_ng.ksym.records import NgKsymHit
 from mmiotrace_ng.ksym.request import Watch
-from mmiotrace_ng.ringbuf import pack
-from mmiotrace_ng.symbols import Kallsyms
 
 SYMS = Kallsyms("""\
 ffffffffc0000000 t edu_watch_writer\t[edu_exerciser]

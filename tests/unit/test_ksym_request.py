@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from mmiotrace_ng.common.symbols import Kallsyms, SymbolError
 from mmiotrace_ng.ksym import request as rq
 from mmiotrace_ng.ksym.request import RequestError, parse, resolve
-from mmiotrace_ng.symbols import Kallsyms, SymbolError
 
 KALLSYMS = """\
 ffffffff81000000 T _stext
@@ -149,7 +149,7 @@ def test_module_object_sizes_agree_with_readelf():
 
     from ng_require import missing
 
-    from mmiotrace_ng.symbols import elf_object_sizes
+    from mmiotrace_ng.common.symbols import elf_object_sizes
 
     ko = Path(__file__).resolve().parents[1] / "drivers" / "edu_exerciser" / "edu_exerciser.ko"
     if not ko.exists() or not shutil.which("readelf"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmiotrace_ng.loader import kernel_functions
+from mmiotrace_ng.tracer.loader import kernel_functions
 
 
 def test_kernel_functions_finds_text_symbols_only() -> None:
@@ -16,7 +16,7 @@ def test_kernel_functions_finds_text_symbols_only() -> None:
 def test_prefetch_hands_over_its_result_error_and_message(monkeypatch, capsys, tmp_path) -> None:
     import time
 
-    from mmiotrace_ng import loader
+    from mmiotrace_ng.common import bpfload as loader
 
     calls = []
 
@@ -30,12 +30,12 @@ def test_prefetch_hands_over_its_result_error_and_message(monkeypatch, capsys, t
 
     monkeypatch.setattr(loader, "_compiled", fake)
     good, bad = tmp_path / "good.c", tmp_path / "bad.c"
-    loader.prefetch(good, cache_dir=None)
-    loader.prefetch(good, cache_dir=None)           # once only
+    loader.prefetch(good, (), cache_dir=None)
+    loader.prefetch(good, (), cache_dir=None)           # once only
     assert loader.compiled(good, (), None) == ("object", False)
     assert "compiling the BPF programs" in capsys.readouterr().err
     assert calls == [good]
-    loader.prefetch(bad, cache_dir=None)
+    loader.prefetch(bad, (), cache_dir=None)
     with pytest.raises(loader.LoaderError, match="cannot compile"):
         loader.compiled(bad, (), None)
     # without a prefetch: compiled in place

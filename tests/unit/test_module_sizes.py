@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 from ng_require import missing
 
-from mmiotrace_ng import symbols
-from mmiotrace_ng.symbols import SymbolError, elf_object_sizes, module_object_size, read_module
+from mmiotrace_ng.common import symbols
+from mmiotrace_ng.common.symbols import (
+    SymbolError,
+    elf_object_sizes,
+    module_object_size,
+    read_module,
+)
 
 SOURCE = r"""
 struct pair { long a; char b[9]; };

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mmiotrace_ng
-from mmiotrace_ng import kmodload
+from mmiotrace_ng.tracer import kmodload
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng.pci import (
+from mmiotrace_ng.tracer.pci import (
     BadPciAddress,
     Bar,
     NoMemoryBars,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from mmiotrace_ng.phases import Phases, process_start
+from mmiotrace_ng.common.phases import Phases, process_start
 
 
 def test_phases_print_once_enabled_with_those_seen_before(capsys) -> None:

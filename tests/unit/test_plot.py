@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from ng_require import missing
 
-from mmiotrace_ng import plot, rawfile
-from mmiotrace_ng.accesses import Event
-from mmiotrace_ng.errors import EXIT_USAGE, UsageError
-from mmiotrace_ng.records import NgRecAccess, NgRecType
+from mmiotrace_ng.analysis import plot
+from mmiotrace_ng.analysis.accesses import Event
+from mmiotrace_ng.common.errors import EXIT_USAGE, UsageError
+from mmiotrace_ng.format import rawfile
+from mmiotrace_ng.format.records import NgRecAccess, NgRecType
 
 PCIDEV = "PCIDEV 0030 1234abcd 16 feb40000 0 0 0 0 0 0 20000 0 0 0 0 0 0 testdrv\n"
 BASE = 0xFEB40000
@@ -58,7 +59,7 @@ def early_reads_late_writes(path: Path) -> str:
 
 def binned(src: str, nbins: int) -> plot.Binner:
     """A Binner fed the whole trace in src."""
-    from mmiotrace_ng.accesses import events, open_trace
+    from mmiotrace_ng.analysis.accesses import events, open_trace
 
     b = plot.Binner(nbins)
     for ev in events(open_trace(src)):
@@ -130,7 +131,7 @@ def test_the_figure_has_the_rows_and_marks(tmp_path, mpl):
     """What draw() puts in: rows by address, the MARK as a labelled line,
     counts in the title."""
     binner = plot.Binner(1000)
-    from mmiotrace_ng.accesses import events, open_trace
+    from mmiotrace_ng.analysis.accesses import events, open_trace
 
     for ev in events(open_trace(early_reads_late_writes(tmp_path / "t.txt"))):
         binner.feed(ev)
@@ -163,7 +164,7 @@ def test_idle_stretches_are_cut_out(tmp_path, mpl):
 def test_start_and_end(tmp_path, mpl):
     src = early_reads_late_writes(tmp_path / "t.txt")
     b = plot.Binner(500, start_ns=1_500_000_000, end_ns=2_500_000_000)
-    from mmiotrace_ng.accesses import events, open_trace
+    from mmiotrace_ng.analysis.accesses import events, open_trace
 
     for ev in events(open_trace(src)):
         b.feed(ev)
@@ -299,7 +300,7 @@ def test_mark_text_as_it_is(tmp_path, mpl):
     src.write_bytes(b"VERSION 20070824\nR 4 1.000000 1 0x10 0x1 0x0 0\n"
                     b"MARK 1.000001 cost $5 and \\frac{$6} \xff\nW 4 1.000010 1 0x14 0x1 0x0 0\n")
     b = plot.Binner(100)
-    from mmiotrace_ng.accesses import events, open_trace
+    from mmiotrace_ng.analysis.accesses import events, open_trace
 
     for ev in events(open_trace(str(src))):
         b.feed(ev)

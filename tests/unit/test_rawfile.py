@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import cli, rawfile, ringbuf
-from mmiotrace_ng.records import NgRecMap, NgRecMark, NgRecType
-from mmiotrace_ng.render import Renderer, lost_line
+from mmiotrace_ng import cli
+from mmiotrace_ng.common import ringbuf
+from mmiotrace_ng.format import rawfile
+from mmiotrace_ng.format.records import NgRecMap, NgRecMark, NgRecType
+from mmiotrace_ng.format.render import Renderer, lost_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from render_bench import synthetic_access_records  # noqa: E402
@@ -176,13 +178,13 @@ def test_a_damaged_section_is_said_not_raised(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.startswith(
         f"mmiotrace-ng: {tmp_path / 'r'}: its META section is damaged (")
-    from mmiotrace_ng.tracefile import Trace, TraceError
+    from mmiotrace_ng.analysis.tracefile import Trace, TraceError
     with pytest.raises(TraceError, match="META section is damaged"):
         Trace(str(tmp_path / "r"))
 
 
 def test_text_without_newlines_is_read_in_bounded_pieces(tmp_path):
-    from mmiotrace_ng.tracefile import TEXT_CHUNK, Trace
+    from mmiotrace_ng.analysis.tracefile import TEXT_CHUNK, Trace
 
     (tmp_path / "junk").write_bytes(b"VERSION 20070824\n" + b"x" * (3 * TEXT_CHUNK + 5))
     chunks = list(Trace(str(tmp_path / "junk")).chunks())

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import records
-from mmiotrace_ng.records import (
+from mmiotrace_ng.format import records
+from mmiotrace_ng.format.records import (
     NG_MARK_MAX,
     PAD_SLACK,
     BadRecord,

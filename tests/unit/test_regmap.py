@@ -1,4 +1,4 @@
-"""Register maps (mmiotrace_ng/regmap.py): the parser, its errors with their
+"""Register maps (mmiotrace_ng/analysis/regmap.py): the parser, its errors with their
 line numbers, lookups (arrays included), field decoding, and the shipped
 maps: e1000.regs against Linux's e1000_hw.h (from Debian's linux-source
 tarball, which tests/setup.sh installs), edu.regs against QEMU's edu spec."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import regmap
-from mmiotrace_ng.errors import UsageError
+from mmiotrace_ng.analysis import regmap
+from mmiotrace_ng.common.errors import UsageError
 
 GOOD = """\
 # a device with every kind of line

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from ng_require import missing
 
-from mmiotrace_ng import render
-from mmiotrace_ng.records import (
+from mmiotrace_ng.format import render
+from mmiotrace_ng.format.records import (
     NG_MARK_MAX,
     NgRecAccess,
     NgRecHdr,
@@ -26,7 +26,7 @@ from mmiotrace_ng.records import (
     NgRecUnmap,
     NgRecUntraced,
 )
-from mmiotrace_ng.render import ENCODING, ERRORS, Options, Renderer
+from mmiotrace_ng.format.render import ENCODING, ERRORS, Options, Renderer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -537,7 +537,7 @@ def random_records(n: int, seed: int) -> list[bytes]:
     [(False, False), (True, False), (False, True), (True, True)],
 )
 def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> None:
-    from mmiotrace_ng.records import BadRecord, parse
+    from mmiotrace_ng.format.records import BadRecord, parse
 
     opts = Options(compat, show_pc, show_pid)
     raws = random_records(3000, seed=hash((compat, show_pc, show_pid)) & 0xFFFF)
@@ -626,7 +626,7 @@ def long_runs(n: int, seed: int) -> list[bytes]:
 
 
 def oracle_text(raws: list[bytes], opts: Options) -> str:
-    from mmiotrace_ng.records import parse
+    from mmiotrace_ng.format.records import parse
 
     return "".join(oracle(parse(raw), opts) for raw in raws)
 
@@ -634,7 +634,7 @@ def oracle_text(raws: list[bytes], opts: Options) -> str:
 @pytest.mark.parametrize("compat", [False, True])
 @pytest.mark.parametrize("show_pc,show_pid", [(False, False), (True, False), (True, True)])
 def test_ring_fast_path_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> None:
-    from mmiotrace_ng import ringbuf
+    from mmiotrace_ng.common import ringbuf
 
     raws = long_runs(6000, seed=7)
     image = ringbuf.pack(raws)
@@ -660,7 +660,7 @@ def test_ring_fast_path_cases_hit() -> None:
         return out
 
     r._chunk = counting  # type: ignore[method-assign]
-    from mmiotrace_ng import ringbuf
+    from mmiotrace_ng.common import ringbuf
 
     r.feed_ring(memoryview(ringbuf.pack(raws)))
     assert calls["fast"] >= 3 and calls["refused"] >= 1
@@ -668,7 +668,7 @@ def test_ring_fast_path_cases_hit() -> None:
 
 
 def test_ring_stops_at_a_record_being_written_and_skips_discarded() -> None:
-    from mmiotrace_ng import ringbuf
+    from mmiotrace_ng.common import ringbuf
 
     raws = long_runs(3000, seed=3)
     image = bytearray(ringbuf.pack(raws))
@@ -693,7 +693,7 @@ def test_ring_refused_records_are_looked_at_a_bounded_number_of_times(every: int
     string instructions, or lost > 0) do not make it look at the rest of
     their run again and again: the chunks it is given add up to at most
     twice the records."""
-    from mmiotrace_ng import ringbuf
+    from mmiotrace_ng.common import ringbuf
 
     raws = []
     for i in range(5000):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mmiotrace_ng import cli
-from mmiotrace_ng.render import Renderer
+from mmiotrace_ng.format.render import Renderer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from render_bench import bench_render  # noqa: E402

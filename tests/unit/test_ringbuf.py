@@ -5,7 +5,7 @@ from __future__ import annotations
 import mmap
 import struct
 
-from mmiotrace_ng.ringbuf import (
+from mmiotrace_ng.common.ringbuf import (
     BUSY,
     DISCARD,
     RingReader,

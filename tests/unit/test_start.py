@@ -117,7 +117,8 @@ def test_a_run_that_fails_early_exits_at_once_while_the_programs_compile(tmp_pat
     script = tmp_path / "run.py"
     script.write_text(
         "import sys, time\n"
-        "from mmiotrace_ng import loader, start\n"
+        "from mmiotrace_ng import start\n"
+        "from mmiotrace_ng.common import bpfload as loader\n"
         "def slow(source, programs, cache_dir, on_compile):\n"
         "    on_compile()          # bcc's compiler from here on\n"
         "    time.sleep(60)\n"

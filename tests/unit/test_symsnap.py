@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmiotrace_ng import symsnap
+from mmiotrace_ng.format import symsnap
 
 KERNEL = "ffffffff81000000 T _stext\nffffffff81001000 T do_one\n"
 

@@ -8,7 +8,7 @@ corrupt or truncated raises `BadRecord`, which the caller counts.
 `field` gives the offset and struct code of a (dotted) field, and `unpacker`
 builds precompiled `struct.Struct` readers for a chosen subset of a record's
 fields, both from the ctypes layout: the fast render paths
-(mmiotrace_ng/render.py) read exactly the offsets the mirror declares.
+(mmiotrace_ng/format/render.py) read exactly the offsets the mirror declares.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import struct
 from enum import IntEnum
 from typing import Final
 
-from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
+from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
 
 NG_MARK_MAX: Final = 4096
 NG_INSN_BYTES: Final = 8

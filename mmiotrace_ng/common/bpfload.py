@@ -1,4 +1,5 @@
-"""Load and attach the BPF programs (compiled by bcc, cached); hand out their ring buffer."""
+"""BPF objects for both tracers: where the sources are, compiled by bcc (in
+a thread, cached), their maps created and programs loaded."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import bpfsys
-from .abi import MMIOTNG_ACCESS_TP, MMIOTNG_MAP_TP, MMIOTNG_MARK_TP
 from .bpfobj import (
     CACHE_DIR,
     BpfObject,
@@ -27,15 +27,11 @@ from .bpfobj import (
     store,
 )
 from .phases import PHASES
-from .records import NG_CONFIG_ALL, NG_CONFIG_HISTOGRAM, NG_CONFIG_TRACER, NgHistKey, NgHistVal
-from .ringbuf import RingReader
 
-PKG = Path(__file__).resolve().parent
+PKG = Path(__file__).resolve().parents[1]     # the package
 # In a checkout the sources sit beside the package; installed, they are
 # shipped inside it (see pyproject.toml).
 SEARCH = [PKG / "data", PKG.parent]
-IOREMAP_FAMILY = ("ioremap", "ioremap_uc", "ioremap_wc", "ioremap_wt", "ioremap_cache",
-                  "ioremap_prot", "ioremap_encrypted")
 
 
 class LoaderError(Exception):
@@ -49,24 +45,8 @@ def source_dir(name: str) -> Path:
     raise LoaderError(f"cannot find the {name}/ sources of mmiotrace-ng")
 
 
-def kernel_functions(names: tuple[str, ...]) -> list[str]:
-    """Those of names the running kernel has as functions (kallsyms)."""
-    with open("/proc/kallsyms", "rb") as fh:
-        text = fh.read()
-    # one regex pass: a Python loop over the 100k+ lines is slow under TCG
-    pattern = rb"^[0-9a-f]+ [tT] (" + b"|".join(re.escape(n.encode()) for n in names) + rb")$"
-    found = {m.decode() for m in re.findall(pattern, text, re.MULTILINE)}
-    return [n for n in names if n in found]
-
-
-PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
-            "on_map")
 BPF_PROG_TYPE_KPROBE = 2
 BPF_PROG_TYPE_RAW_TRACEPOINT = 17
-# Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
-# also run when the access is made from inside another kprobe's handler).
-TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP,
-                       "on_map": MMIOTNG_MAP_TP}
 # Kprobes are made by the kprobe PMU (bpfsys.attach_kprobe), never as
 # tracefs events, which would outlive a killed tracer.  A return probe has
 # the kernel's default number of instances (2 per CPU, at least 10); a
@@ -112,7 +92,7 @@ def _libbcc():
 
 
 def compile_object(source: Path, cflags: list[str],
-                   programs: tuple[str, ...] = PROGRAMS) -> BpfObject:
+                   programs: tuple[str, ...]) -> BpfObject:
     """Compile with bcc and keep the bytecode and map descriptions (bcc's own
     maps and module are released again; the descriptors stay recorded)."""
     lib = _libbcc()
@@ -174,7 +154,7 @@ class Prefetch(threading.Thread):
 _prefetches: dict[tuple[Path, Path | None], Prefetch] = {}
 
 
-def prefetch(source: Path, programs: tuple[str, ...] = PROGRAMS,
+def prefetch(source: Path, programs: tuple[str, ...],
              cache_dir: Path | None = CACHE_DIR) -> None:
     """Start getting the object of source; `compiled` takes it over."""
     if (source, cache_dir) not in _prefetches:
@@ -298,131 +278,3 @@ def read_drops(map_fd: int) -> tuple[int, int]:
         map_lookup({"drops": map_fd}, "drops", ctypes.c_int(slot), vals)
         out.append(sum(vals))
     return out[0], out[1]
-
-
-class Probes:
-    """The loaded BPF programs, attached, and their ring buffer.
-
-    Everything is held by file descriptors of this process: if it dies, the
-    kernel detaches the programs and frees the maps."""
-
-    def __init__(self, all_maps: bool, buffer_kb: int, histogram: bool = False) -> None:
-        self.fds: list[int] = []               # maps and programs
-        self.probe_fds: list[int] = []
-        self.tp_fds: list[int] = []
-        self.attached: list[str] = []
-        self.ring: RingReader | None = None
-        pages = max(1, buffer_kb * 1024 // 4096)
-        pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
-        self.buffer_bytes = pages * 4096
-        obj, cached = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
-        PHASES.done("BPF object " + ("(cached)" if cached else "(compiled)") + ", waited for")
-        try:
-            self.maps = self._create_maps(obj)
-            self._configure(all_maps, histogram)
-            self.progs = self._load_programs(obj)
-            PHASES.done("BPF maps and programs loaded (verifier)")
-            self._attach(all_maps)
-            self.ring = RingReader(self.maps["events"], self.buffer_bytes)
-            PHASES.done("BPF programs attached, ring buffer mapped")
-        except BaseException:
-            self.close()
-            raise
-
-    def _create_maps(self, obj: BpfObject) -> dict[str, int]:
-        """The object's maps, the ring buffer with the size asked for."""
-        fds, self._by_old = create_maps(obj, {"events": self.buffer_bytes}, self.fds)
-        return fds
-
-    def _configure(self, all_maps: bool, histogram: bool) -> None:
-        """The settings, into the map "config", before any program runs: the
-        tracer's pid (the helper's own mappings are made from this process
-        and must stay out of an --all trace), --all and --histogram."""
-        for slot, value in ((NG_CONFIG_TRACER, os.getpid()), (NG_CONFIG_ALL, int(all_maps)),
-                            (NG_CONFIG_HISTOGRAM, int(histogram))):
-            self._update("config", ctypes.c_int(slot), ctypes.c_uint32(value))
-
-    def _load_programs(self, obj: BpfObject) -> dict[str, int]:
-        out = {}
-        for name in PROGRAMS:
-            kind = (BPF_PROG_TYPE_RAW_TRACEPOINT if name in TRACEPOINT_PROGRAMS
-                    else BPF_PROG_TYPE_KPROBE)
-            out[name] = fd = load_program(kind, name, obj, self._by_old)
-            self.fds.append(fd)
-        return out
-
-    def _attach_one(self, event: str, prog: str, retprobe: bool = False) -> None:
-        try:
-            self.probe_fds.append(bpfsys.attach_kprobe(event, self.progs[prog], retprobe))
-        except OSError as exc:
-            raise LoaderError(f"cannot attach a kprobe to {event}: {exc.strerror}") from exc
-
-    def _attach(self, all_maps: bool) -> None:
-        """The helper's tracepoints; the ioremap family only for --all (the
-        MAP of the mappings the helper does not arm)."""
-        family = kernel_functions(IOREMAP_FAMILY) if all_maps else []
-        if all_maps and not family:
-            raise LoaderError("this kernel has no ioremap function to probe")
-        for fn in family:
-            self._attach_one(fn, "on_ioremap_entry")
-            self._attach_one(fn, "on_ioremap_return", retprobe=True)
-            self.attached.append(fn)
-        self._attach_one("iounmap", "on_iounmap")
-        self.attached.append("iounmap")
-        for prog, tp in TRACEPOINT_PROGRAMS.items():
-            try:
-                fd = bpfsys.raw_tracepoint_open(tp, self.progs[prog])
-            except OSError as exc:
-                raise LoaderError(f"cannot attach to the helper's tracepoint {tp} "
-                                  f"({exc.strerror}): is the loaded mmiotng module of "
-                                  "this version?") from exc
-            self.tp_fds.append(fd)
-            self.attached.append(tp)
-
-    def pending(self, timeout_ms: int) -> memoryview:
-        """The ring buffer's unread bytes (ringbuf.RingReader.pending), after
-        waiting up to timeout_ms for some if there are none."""
-        assert self.ring is not None
-        view = self.ring.pending()
-        if not view:
-            self.ring.wait(timeout_ms)
-            view = self.ring.pending()
-        return view
-
-    def consume(self, nbytes: int) -> None:
-        """Hand the first nbytes of `pending` back to the BPF programs."""
-        assert self.ring is not None
-        self.ring.consume(nbytes)
-
-    def _update(self, name: str, key: ctypes._CData, value: ctypes._CData) -> None:
-        map_update(self.maps, name, key, value)
-
-    def histogram(self) -> tuple[dict[tuple[int, int, int, int], NgHistVal], int]:
-        """--histogram: {(phys, ip, op, width): counts} from the map "hist",
-        and the accesses it had no room for."""
-        out = {(k.phys, k.ip, k.op, k.width): v
-               for k, v in bpfsys.map_items(self.maps["hist"], NgHistKey, NgHistVal)}
-        full = (ctypes.c_uint64 * 1)()
-        map_lookup(self.maps, "hist_full", ctypes.c_int(0), full)
-        return out, full[0]
-
-    def drops(self) -> tuple[int, int]:
-        """(records dropped in all, dropped but not yet reported in a record)."""
-        return read_drops(self.maps["drops"])
-
-    def close(self) -> None:
-        if self.ring is not None:
-            self.ring.close()
-            self.ring = None
-        for fd in reversed(self.tp_fds):
-            os.close(fd)
-        self.tp_fds = []
-        for fd in reversed(self.probe_fds):
-            os.close(fd)
-        self.probe_fds = []
-        for fd in reversed(self.fds):
-            os.close(fd)
-        self.fds = []
-
-
-

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 if TYPE_CHECKING:
+    from ..common.symbols import Kallsyms
     from .regmap import RegMap
-    from .symbols import Kallsyms
     from .tracefile import Access
 
 DEFAULT_FOLD: Final = 4
@@ -482,8 +482,8 @@ class Annotator:
 
 
 def _symbols(args: argparse.Namespace, trace) -> Kallsyms | None:
-    from .errors import UsageError
-    from .symbols import Kallsyms, SymbolError
+    from ..common.errors import UsageError
+    from ..common.symbols import Kallsyms, SymbolError
 
     if args.kallsyms:
         try:
@@ -508,10 +508,10 @@ def _write_all(out: BinaryIO, data: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..common.errors import UsageError
+    from ..common.output import writing
+    from ..format.render import ENCODING, ERRORS
     from . import regmap
-    from .errors import UsageError
-    from .output import writing
-    from .render import ENCODING, ERRORS
     from .tracefile import Trace, TraceError
 
     maps = [regmap.find(spec) for spec in args.regs] if args.regs else regmap.load_shipped()

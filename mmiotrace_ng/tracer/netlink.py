@@ -1,6 +1,6 @@
 """Generic-netlink client of the mmiotng helper module (pyroute2).
 
-The family, commands and attributes come from mmiotrace_ng.abi, the mirror of
+The family, commands and attributes come from mmiotrace_ng.format.abi, the mirror of
 kmod/mmiotng_abi.h.  The socket that sends the first command owns the
 helper's session: when it closes (normally or because the process died) the
 helper disarms everything.
@@ -37,7 +37,7 @@ from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, genlmsg  # noqa: E402
 from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402
 from pyroute2.netlink.generic import GenericNetlinkSocket  # noqa: E402
 
-from .abi import (  # noqa: E402
+from ..format.abi import (  # noqa: E402
     ATTR_TYPES,
     MMIOTNG_GENL_NAME,
     MMIOTNG_GENL_VERSION,

@@ -25,8 +25,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, BinaryIO, Final, NamedTuple
 
-from .rawfile import MAGIC, RAW1_MAGIC, NotRawFile, Recording, open_recording
-from .render import ENCODING, ERRORS, Renderer, lost_line
+from ..format.rawfile import MAGIC, RAW1_MAGIC, NotRawFile, Recording, open_recording
+from ..format.render import ENCODING, ERRORS, Renderer, lost_line
 
 TEXT_CHUNK: Final = 1 << 20     # bytes of text read at a time
 RENDER_BATCH: Final = 16384     # records of a recording rendered at a time
@@ -113,7 +113,7 @@ class Trace:
 
     def symbols(self):  # -> symbols.Kallsyms | None
         """The traced machine's symbols, if the file has them."""
-        from .symbols import Kallsyms, SymbolError
+        from ..common.symbols import Kallsyms, SymbolError
 
         if self.recording is None or not self.recording.kallsyms:
             return None

@@ -17,9 +17,9 @@ from itertools import groupby, repeat
 from operator import add, and_, floordiv, mod, not_
 from typing import Final, NamedTuple
 
-from mmiotrace_ng import ringbuf
-from mmiotrace_ng.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
-from mmiotrace_ng.records import (
+from mmiotrace_ng.common import ringbuf
+from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
+from mmiotrace_ng.format.records import (
     VALID_OPS,
     BadRecord,
     NgRecAccess,

@@ -23,10 +23,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Final, NamedTuple
 
-from . import ringbuf
-from .abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
-from .errors import UsageError
-from .records import (
+from ..common import ringbuf
+from ..common.errors import UsageError
+from ..format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
+from ..format.records import (
     BadRecord,
     NgRecAccess,
     NgRecMap,
@@ -38,7 +38,7 @@ from .records import (
     parse,
     unpacker,
 )
-from .render import ENCODING, ERRORS, untraced_text
+from ..format.render import ENCODING, ERRORS, untraced_text
 from .tracefile import Trace, TraceError, parse_line
 
 NO_CPU: Final = -1              # text traces do not say

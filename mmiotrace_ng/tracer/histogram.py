@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
-from .records import NgHistVal
+from ..format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
+from ..format.records import NgHistVal
 
 OPS = {MMIOTNG_OP_READ: "R", MMIOTNG_OP_WRITE: "W"}
 

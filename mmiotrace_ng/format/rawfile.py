@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final
 
-from . import ringbuf
+from ..common import ringbuf
 from .records import NgRecAccess
 from .render import ENCODING, ERRORS
 

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from .errors import UsageError
+from ..common.errors import UsageError
 
-SHIPPED_DIR: Final = Path(__file__).resolve().parent / "data" / "regs"
+SHIPPED_DIR: Final = Path(__file__).resolve().parents[1] / "data" / "regs"
 SUFFIX: Final = ".regs"
 WIDTHS: Final = (1, 2, 4, 8)
 EXPAND_LIMIT: Final = 4096      # arrays up to this many elements are looked up by dict

@@ -30,6 +30,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
+from ..common.errors import UsageError
 from .accesses import (
     Event,
     Namer,
@@ -40,7 +41,6 @@ from .accesses import (
     register_namer,
     valid_text,
 )
-from .errors import UsageError
 
 if TYPE_CHECKING:
     import numpy as np

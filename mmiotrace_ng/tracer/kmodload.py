@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .abi import MMIOTNG_ABI_VERSION
-from .loader import LoaderError, source_dir
+from ..common.bpfload import LoaderError, source_dir
+from ..format.abi import MMIOTNG_ABI_VERSION
 
 MODULE = "mmiotng"
 
@@ -66,7 +66,7 @@ UNSIGNED_REFUSED = ("Key was rejected", "Required key not available", "Operation
 
 def signing_hint(insmod_stderr: str, root: Path = Path("/")) -> str | None:
     """Why the kernel refused the helper, if it loads signed modules only."""
-    from .doctor import check_lockdown, check_signing
+    from ..doctor import check_lockdown, check_signing
 
     if not any(words in insmod_stderr for words in UNSIGNED_REFUSED):
         return None
@@ -142,7 +142,7 @@ STAMP = ".mmiotrace-ng-built-from"
 
 def _sources_digest(release: str) -> str:
     """The shipped helper sources (names and contents) and the kernel."""
-    from .bpfobj import new_sha256
+    from ..common.bpfobj import new_sha256
 
     h = new_sha256()
     h.update(release.encode() + b"\0")
@@ -157,7 +157,7 @@ def _sources_digest(release: str) -> str:
 def _built_before(work: Path, digest: str, release: str) -> bool:
     """Whether work holds a helper built from these sources for release, in
     a directory only root may write (the module is loaded into the kernel)."""
-    from .bpfobj import trusted_dir
+    from ..common.bpfobj import trusted_dir
 
     ko = work / f"{MODULE}.ko"
     try:

@@ -78,8 +78,8 @@ from itertools import chain, compress, count
 from operator import ne, sub
 from typing import BinaryIO, Final
 
-from .errors import UsageError
-from .render import ENCODING, ERRORS
+from ..common.errors import UsageError
+from ..format.render import ENCODING, ERRORS
 
 WINDOW: Final = 4096        # records looked ahead on each side at a mismatch
 SYNC: Final = 3             # records that must match again to resynchronize
@@ -347,11 +347,11 @@ class _Columns:
     renders it and normalizes the text."""
 
     def __init__(self, compat: bool) -> None:
-        from . import ringbuf
-        from .abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
-        from .records import NgRecAccess, NgRecType
-        from .records import field as rec_field
-        from .render import access_column as column
+        from ..common import ringbuf
+        from ..format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
+        from ..format.records import NgRecAccess, NgRecType
+        from ..format.records import field as rec_field
+        from ..format.render import access_column as column
 
         self.size = ctypes.sizeof(NgRecAccess)
         self.stride = ringbuf.stride(self.size)
@@ -391,8 +391,8 @@ def _recorded(trace, norm: _Normalizer, compat: bool, columns: bool) -> Iterator
     """The records of a recording, BLOCK at a time: runs of access records by
     columns (unless columns is False: --ignore-value needs map ids), the rest
     rendered and normalized as text, in order."""
-    from . import ringbuf
-    from .render import Renderer, lost_line
+    from ..common import ringbuf
+    from ..format.render import Renderer, lost_line
 
     rec = trace.recording
     renderer = Renderer(compat, False, False)
@@ -1005,7 +1005,7 @@ def _diff(args: argparse.Namespace, out: BinaryIO) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .output import writing
+    from ..common.output import writing
 
     with writing(None) as out:
         return diff(args, out)

@@ -39,7 +39,10 @@ import sys
 from collections.abc import Callable
 from typing import IO, Final
 
-from . import __version__
+from .. import __version__
+from ..common.errors import UsageError
+from ..format.render import ENCODING
+from ..format.timeorder import TimeOrder
 from .accesses import (
     NO_CPU,
     Event,
@@ -51,9 +54,6 @@ from .accesses import (
     register_namer,
     valid_text,
 )
-from .errors import UsageError
-from .render import ENCODING
-from .timeorder import TimeOrder
 from .tracefile import Trace
 
 PID: Final = 1
@@ -97,7 +97,7 @@ def _write(args: argparse.Namespace, trace: Trace, namer: Namer | None) -> int:
                 fh.detach()     # sys.stdout's buffer stays open
         except OSError as exc:
             if exc.errno == errno.EPIPE:
-                from .cli import closed_pipe
+                from ..cli import closed_pipe
 
                 return closed_pipe()
             raise UsageError(f"cannot write standard output: {exc.strerror}") from exc
