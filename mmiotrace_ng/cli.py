@@ -99,13 +99,13 @@ def check_environment() -> None:
     if kernel_mmiotrace_active():
         raise UsageError("the kernel's own mmiotrace is active; stop it first: "
                          "echo nop > /sys/kernel/tracing/current_tracer")
-    from . import doctor
+    from .common import requirements
 
-    lockdown = doctor.check_lockdown(Path("/"))
+    lockdown = requirements.check_lockdown(Path("/"))
     if lockdown.ok is False:
         raise UsageError(f"the kernel is locked down, {lockdown.detail} (mmiotrace-ng check)")
     # the rest of what `check` looks at, the first failure said as it says it
-    blocker = doctor.trace_blocker(checkout_ko=Path(__file__).resolve().parents[1] / "kmod"
+    blocker = requirements.trace_blocker(checkout_ko=Path(__file__).resolve().parents[1] / "kmod"
                                    / "mmiotng.ko")
     if blocker is not None:
         raise UsageError(f"{blocker.name}: {blocker.detail} (mmiotrace-ng check lists "

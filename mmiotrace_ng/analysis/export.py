@@ -97,7 +97,7 @@ def _write(args: argparse.Namespace, trace: Trace, namer: Namer | None) -> int:
                 fh.detach()     # sys.stdout's buffer stays open
         except OSError as exc:
             if exc.errno == errno.EPIPE:
-                from ..cli import closed_pipe
+                from ..common.output import closed_pipe
 
                 return closed_pipe()
             raise UsageError(f"cannot write standard output: {exc.strerror}") from exc

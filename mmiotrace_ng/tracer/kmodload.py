@@ -66,7 +66,7 @@ UNSIGNED_REFUSED = ("Key was rejected", "Required key not available", "Operation
 
 def signing_hint(insmod_stderr: str, root: Path = Path("/")) -> str | None:
     """Why the kernel refused the helper, if it loads signed modules only."""
-    from ..doctor import check_lockdown, check_signing
+    from ..common.requirements import check_lockdown, check_signing
 
     if not any(words in insmod_stderr for words in UNSIGNED_REFUSED):
         return None

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from mmiotrace_ng import cli, doctor
+from mmiotrace_ng.common import requirements
 from mmiotrace_ng.common.errors import UsageError
 
 RELEASE = "6.1.0-57-amd64"
-ALL_SET = "".join(f"CONFIG_{o}=y\n" for o in doctor.KERNEL_OPTIONS)
+ALL_SET = "".join(f"CONFIG_{o}=y\n" for o in requirements.KERNEL_OPTIONS)
 
 
 def machine(tmp_path: Path, config: str | None = ALL_SET, **files: str) -> Path:
@@ -35,8 +36,8 @@ def machine(tmp_path: Path, config: str | None = ALL_SET, **files: str) -> Path:
     return tmp_path
 
 
-def by_name(root: Path) -> dict[str, doctor.Check]:
-    return {c.name: c for c in doctor.run_checks(root, RELEASE)}
+def by_name(root: Path) -> dict[str, requirements.Check]:
+    return {c.name: c for c in requirements.run_checks(root, RELEASE)}
 
 
 def test_a_machine_that_can_trace_passes_every_file_check(tmp_path):
@@ -86,7 +87,7 @@ def test_secure_boot_and_sig_enforce_say_the_helper_must_be_signed(tmp_path):
     c = by_name(machine(tmp_path / "a", **{"sys/module/module/parameters/sig_enforce": "Y\n"}))
     assert c["module signatures"].ok is None and "sig_enforce" in c["module signatures"].detail
     root = machine(tmp_path / "b")
-    var = root / doctor.SECURE_BOOT
+    var = root / requirements.SECURE_BOOT
     var.parent.mkdir(parents=True)
     var.write_bytes(b"\x06\x00\x00\x00\x01")
     c = by_name(root)["module signatures"]
@@ -96,17 +97,17 @@ def test_secure_boot_and_sig_enforce_say_the_helper_must_be_signed(tmp_path):
 def test_no_helper_and_no_headers_fails(tmp_path):
     root = machine(tmp_path)
     (root / "lib" / "modules" / RELEASE / "build" / "Makefile").unlink()
-    c = doctor.check_helper(root, RELEASE, None)
+    c = requirements.check_helper(root, RELEASE, None)
     assert c.ok is False and f"linux-headers-{RELEASE}" in c.detail
     dkms = root / "lib" / "modules" / RELEASE / "updates" / "dkms"
     dkms.mkdir(parents=True)
     (dkms / "mmiotng.ko.xz").write_bytes(b"")
-    assert doctor.check_helper(root, RELEASE, None).ok is True
+    assert requirements.check_helper(root, RELEASE, None).ok is True
 
 
 def test_format_one_line_each():
-    assert doctor.format_check(doctor.Check("BTF", False, "no")) == "MISSING  BTF: no"
-    assert doctor.format_check(doctor.Check("x", None, "y")).startswith("warning  x: y")
+    assert doctor.format_check(requirements.Check("BTF", False, "no")) == "MISSING  BTF: no"
+    assert doctor.format_check(requirements.Check("x", None, "y")).startswith("warning  x: y")
 
 
 class Present(type(Path())):
@@ -123,13 +124,13 @@ def test_the_trace_refuses_a_kernel_locked_down_for_confidentiality(monkeypatch)
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
     monkeypatch.setattr(cli, "Path", Present)
     monkeypatch.setattr(cli, "kernel_mmiotrace_active", lambda: False)
-    monkeypatch.setattr(doctor, "trace_blocker", lambda **kw: None)
-    monkeypatch.setattr(doctor, "check_lockdown", lambda root: doctor.Check(
+    monkeypatch.setattr(requirements, "trace_blocker", lambda **kw: None)
+    monkeypatch.setattr(requirements, "check_lockdown", lambda root: requirements.Check(
         "lockdown", False, "confidentiality: the kernel refuses kprobes"))
     with pytest.raises(UsageError, match="locked down, confidentiality: the kernel refuses"):
         cli.check_environment()
-    monkeypatch.setattr(doctor, "check_lockdown",
-                        lambda root: doctor.Check("lockdown", True, "none"))
+    monkeypatch.setattr(requirements, "check_lockdown",
+                        lambda root: requirements.Check("lockdown", True, "none"))
     cli.check_environment()
 
 
@@ -139,19 +140,20 @@ def test_the_trace_says_the_first_check_that_fails(tmp_path, monkeypatch):
     failure, in check's words, in one line."""
     ksymless = ALL_SET.replace("CONFIG_KALLSYMS_ALL=y\n", "").replace(
         "CONFIG_HAVE_HW_BREAKPOINT=y\n", "")
-    assert doctor.trace_blocker(machine(tmp_path / "a", ksymless), RELEASE) is None
+    assert requirements.trace_blocker(machine(tmp_path / "a", ksymless), RELEASE) is None
     off = machine(tmp_path / "b", **{"proc/sys/kernel/ftrace_enabled": "0\n"})
-    c = doctor.trace_blocker(off, RELEASE)
-    assert c == doctor.Check("ftrace switch", False, "off: sysctl kernel.ftrace_enabled=1")
+    c = requirements.trace_blocker(off, RELEASE)
+    assert c == requirements.Check("ftrace switch", False, "off: sysctl kernel.ftrace_enabled=1")
     nokprobes = machine(tmp_path / "c", ALL_SET.replace("CONFIG_KPROBES=y\n", ""),
                         **{"proc/sys/kernel/ftrace_enabled": "0\n"})
-    assert doctor.trace_blocker(nokprobes, RELEASE).name == "kernel options"   # the first
+    assert requirements.trace_blocker(nokprobes, RELEASE).name == "kernel options"   # the first
 
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
     monkeypatch.setattr(cli, "Path", Present)
     monkeypatch.setattr(cli, "kernel_mmiotrace_active", lambda: False)
-    monkeypatch.setattr(doctor, "check_lockdown", lambda root: doctor.Check("lockdown", True, ""))
-    monkeypatch.setattr(doctor, "trace_blocker", lambda **kw: c)
+    monkeypatch.setattr(requirements, "check_lockdown",
+                        lambda root: requirements.Check("lockdown", True, ""))
+    monkeypatch.setattr(requirements, "trace_blocker", lambda **kw: c)
     with pytest.raises(UsageError) as exc:
         cli.check_environment()
     assert str(exc.value) == ("ftrace switch: off: sysctl kernel.ftrace_enabled=1 "
