@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..common.bpfload import LoaderError, source_dir
+from ..common.phases import PHASES
 from ..format.abi import MMIOTNG_ABI_VERSION
 
 MODULE = "mmiotng"
@@ -77,6 +78,7 @@ def signing_hint(insmod_stderr: str, root: Path = Path("/")) -> str | None:
 
 
 def _insmod(ko: Path) -> None:
+    PHASES.note(f"loading the helper module {ko}")
     kmsg = _kmsg_end()
     out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
     said = _helper_said(kmsg)
@@ -240,6 +242,7 @@ def ensure_loaded(explicit: str | None = None) -> None:
     if loaded():
         _replace_stale()
     if loaded():
+        PHASES.note("the helper module is loaded already")
         return
     _check_ftrace()
     release = os.uname().release
@@ -256,6 +259,7 @@ def ensure_loaded(explicit: str | None = None) -> None:
     if subprocess.run(["modprobe", "-q", MODULE], capture_output=True).returncode == 0:
         version, _owner = _loaded_abi()
         if version == MMIOTNG_ABI_VERSION:
+            PHASES.note("loaded the helper module modprobe found (DKMS)")
             return
         # an installed (DKMS) helper of an older mmiotrace-ng
         print(f"mmiotrace-ng: the installed helper module is of interface {version}, this "

@@ -1,20 +1,52 @@
-"""The recording that annotate, export and plot are tested on: the
-exerciser's readl, writel, a poll of 300 reads and a burst of 500 reads on
-each of two CPUs, recorded here; the host checks the tools' output after
-the guests (tests/recorded/test_analysis.py), where they run in seconds."""
+"""The recordings the analysis tools are tested on, made here; the host
+checks what the tools make of them after the guests (tests/recorded),
+where they run in seconds:
+- analysis: the exerciser's readl, writel, a poll of 300 reads and a burst
+  of 500 reads on each of two CPUs, and this machine's /proc/kallsyms
+  beside it (annotate, export, plot; annotate --kallsyms, --regs);
+- sections-a and sections-b: the same sections cut by markers, the second
+  with one more in the middle (diff --by-marker);
+- lossy: a 64 KiB blit into a 4 KiB ring, which loses most of its records
+  (diff --allow-lost)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ng_tracer import recorded_for_host
+from ng_tracer import NG, RECORDED, recorded_for_host
 
 RUN = Path("/sys/kernel/debug/edu_exerciser/run")
 STEPS = ["readl", "writel", "rloop 300", "burst 500"]
+SECTIONS = {"sections-a": [("init", "readl"), ("run", "writel")],
+            "sections-b": [("init", "readl"), ("extra", "rloop 3"), ("run", "writel")]}
+BLIT = 0x10000
+
+
+def steps(*scenarios: str) -> str:
+    return "; ".join(f"echo '{s}' > {RUN}" for s in scenarios)
 
 
 def test_the_analysis_recording_is_made(exerciser):
     rec = recorded_for_host("analysis", exerciser, [
-        "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c",
-        "; ".join(f"echo '{s}' > {RUN}" for s in STEPS)])
+        "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c", steps(*STEPS)])
     assert rec.stat().st_size > 0
+    # the exerciser stays loaded: its functions are where they were
+    kallsyms = Path("/proc/kallsyms").read_text()
+    assert " sc_readl\t[edu_exerciser]" in kallsyms
+    (RECORDED / "analysis.kallsyms").write_text(kallsyms)
+
+
+def test_the_section_recordings_are_made(exerciser):
+    ng = " ".join(NG)
+    for name, sections in SECTIONS.items():
+        script = "; ".join(f"{ng} mark {text}; {steps(step)}" for text, step in sections)
+        recorded_for_host(name, exerciser, [
+            "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c", script])
+
+
+def test_the_lossy_recording_is_made(exerciser):
+    """One memcpy_toio of 64 KiB: 16384 stores emulated in one trap, far
+    more records than a ring of 4 KiB holds before the reader runs."""
+    recorded_for_host("lossy", exerciser, [
+        "record", "--pci", exerciser.dev.name, "--buffer-size-kb", "4", "-o", "{rec}", "--",
+        "sh", "-c", steps(f"cloop {BLIT}")])

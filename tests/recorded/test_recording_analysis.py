@@ -12,7 +12,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from recorded import NG, recording
+from recorded import NG, REPO, recording
+
+REGS = REPO / "mmiotrace_ng" / "data" / "regs"
 
 READS = 300         # what the guest test made: rloop 300, burst 500
 BURST = 500         # reads on each of two CPUs
@@ -139,3 +141,35 @@ def assert_plotted(png: Path) -> None:
     # the others: one access each, a mark a few pixels wide (where it falls
     # depends on which idle stretches were cut)
     assert all(x.max() - x.min() < 8 for x in xs[1:]), [(x.min(), x.max()) for x in xs]
+
+
+def test_annotate_kallsyms_names_the_callers_of_a_text_trace(tmp_path):
+    """The recording's text with pcs (report --pc: the lines a live --pc run
+    prints) and the traced machine's saved /proc/kallsyms: annotate names
+    every caller as it does from the recording's own symbols."""
+    rec, _ = recording("analysis")
+    text = tmp_path / "analysis.txt"
+    text.write_text(ng("report", "--pc", rec).stdout)
+    kallsyms = rec.with_suffix(".kallsyms")
+    assert kallsyms.exists(), f"{kallsyms} is missing: the guest test saves it"
+    from_text = ng("annotate", "--kallsyms", kallsyms, text).stdout.splitlines()
+    assert from_text == ng("annotate", rec).stdout.splitlines()
+    bare = ng("annotate", text).stdout
+    assert "[edu_exerciser]" not in bare and "sc_readl" not in bare
+
+
+def test_annotate_regs_takes_the_given_map(tmp_path):
+    """A register map of one's own (edu's, its ID register and MAGIC field
+    renamed): the listing is the shipped map's, with the new names."""
+    rec, _ = recording("analysis")
+    shipped = REGS / "edu.regs"
+    mine = tmp_path / "mine.regs"
+    mine.write_text(re.sub(r"^0x00 4 ID           ", "0x00 4 IDENT        ",
+                           shipped.read_text().replace("  7:0   MAGIC  ", "  7:0   EDUMAG "),
+                           flags=re.M))
+    want = [ln.replace(" ID         ", " IDENT      ").replace("MAGIC=", "EDUMAG=")
+               .replace("[edu.regs]", "[mine.regs]").replace("regs edu.regs", "regs mine.regs")
+            for ln in ng("annotate", rec).stdout.splitlines()]
+    got = ng("annotate", "--regs", mine, rec).stdout.splitlines()
+    assert got == want
+    assert any(" IDENT " in ln and "EDUMAG=0xed" in ln for ln in got), got[:20]
