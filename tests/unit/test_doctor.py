@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import cli, doctor
+from mmiotrace_ng import doctor
 from mmiotrace_ng.common import requirements
 from mmiotrace_ng.common.errors import UsageError
+from mmiotrace_ng.tracer import session
 
 RELEASE = "6.1.0-57-amd64"
 ALL_SET = "".join(f"CONFIG_{o}=y\n" for o in requirements.KERNEL_OPTIONS)
@@ -121,17 +122,17 @@ def test_the_trace_refuses_a_kernel_locked_down_for_confidentiality(monkeypatch)
     """The trace command's own checks include lockdown: one line, the
     doctor's words, before anything is loaded."""
 
-    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli, "Path", Present)
-    monkeypatch.setattr(cli, "kernel_mmiotrace_active", lambda: False)
+    monkeypatch.setattr(session.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(session, "Path", Present)
+    monkeypatch.setattr(session, "kernel_mmiotrace_active", lambda: False)
     monkeypatch.setattr(requirements, "trace_blocker", lambda **kw: None)
     monkeypatch.setattr(requirements, "check_lockdown", lambda root: requirements.Check(
         "lockdown", False, "confidentiality: the kernel refuses kprobes"))
     with pytest.raises(UsageError, match="locked down, confidentiality: the kernel refuses"):
-        cli.check_environment()
+        session.check_environment()
     monkeypatch.setattr(requirements, "check_lockdown",
                         lambda root: requirements.Check("lockdown", True, "none"))
-    cli.check_environment()
+    session.check_environment()
 
 
 def test_the_trace_says_the_first_check_that_fails(tmp_path, monkeypatch):
@@ -148,14 +149,14 @@ def test_the_trace_says_the_first_check_that_fails(tmp_path, monkeypatch):
                         **{"proc/sys/kernel/ftrace_enabled": "0\n"})
     assert requirements.trace_blocker(nokprobes, RELEASE).name == "kernel options"   # the first
 
-    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli, "Path", Present)
-    monkeypatch.setattr(cli, "kernel_mmiotrace_active", lambda: False)
+    monkeypatch.setattr(session.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(session, "Path", Present)
+    monkeypatch.setattr(session, "kernel_mmiotrace_active", lambda: False)
     monkeypatch.setattr(requirements, "check_lockdown",
                         lambda root: requirements.Check("lockdown", True, ""))
     monkeypatch.setattr(requirements, "trace_blocker", lambda **kw: c)
     with pytest.raises(UsageError) as exc:
-        cli.check_environment()
+        session.check_environment()
     assert str(exc.value) == ("ftrace switch: off: sysctl kernel.ftrace_enabled=1 "
                               "(mmiotrace-ng check lists every requirement)")
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mmiotrace_ng import cli
 from mmiotrace_ng.format.render import Renderer
+from mmiotrace_ng.tracer import session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from render_bench import bench_render  # noqa: E402
 
 
 def test_bench_render_runs() -> None:
-    assert inspect.signature(bench_render).parameters["batch"].default == cli.BATCH
+    assert inspect.signature(bench_render).parameters["batch"].default == session.BATCH
     assert bench_render(2000, repeat=1) > 0
     assert bench_render(2000, repeat=1, batch=300) > 0
     assert bench_render(2000, compat=True, show_pc=True, repeat=1) > 0

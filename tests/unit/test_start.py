@@ -33,12 +33,15 @@ def run_start(argv: list[str], euid: int, monkeypatch, capsys):
     """start.main on argv as user euid, the prefetch and the trace replaced:
     (exit status, stderr, prefetches begun, the arguments the trace got)."""
     from mmiotrace_ng import cli
+    from mmiotrace_ng.tracer import session
 
     prefetches: list[int] = []
     traced: list = []
     monkeypatch.setattr(start.os, "geteuid", lambda: euid)
     monkeypatch.setattr(start, "prefetch_programs", lambda: prefetches.append(1))
-    monkeypatch.setattr(cli, "trace", lambda args: traced.append(args) or 0)
+    # a trace, and the trace a record run makes
+    for module in (cli, session):
+        monkeypatch.setattr(module, "trace", lambda args: traced.append(args) or 0)
     monkeypatch.setattr(sys, "argv", ["mmiotrace-ng", *argv])
     try:
         status = start.main()
