@@ -5,8 +5,12 @@ missing piece is a failure, not a silent skip."""
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def required() -> bool:
@@ -17,3 +21,11 @@ def missing(reason: str) -> None:
     if required():
         pytest.fail(f"{reason} (tests/run installs it, so it must be there)", pytrace=False)
     pytest.skip(reason)
+
+
+def guest_kernel() -> str:
+    """The kernel the test guest boots: tests/run passes it in MMIOTNG_KVER;
+    tests/default-kernel otherwise."""
+    return os.environ.get("MMIOTNG_KVER") or subprocess.run(
+        [str(REPO / "tests" / "default-kernel")], capture_output=True, text=True,
+        check=True).stdout.strip()

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ng_require import missing
+from ng_require import guest_kernel, missing
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / "tests" / "artifacts" / "installed"
@@ -49,15 +49,9 @@ done
 """
 
 
-def kernel() -> str:
-    return os.environ.get("MMIOTNG_KVER") or subprocess.run(
-        [str(REPO / "tests" / "default-kernel")], capture_output=True, text=True,
-        check=True).stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def installed_with_dkms(tmp_path_factory) -> tuple[str, Path]:
-    kver = kernel()
+    kver = guest_kernel()
     ng = VENV / "bin" / "mmiotrace-ng"
     if os.geteuid() != 0:
         missing("needs root (a private mount namespace and DKMS)")

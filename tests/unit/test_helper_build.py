@@ -14,18 +14,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ng_require import missing
+from ng_require import guest_kernel, missing
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / "tests" / "artifacts" / "installed"
 OUT = REPO / "tests" / "artifacts" / "helper-build"
 BUILD = "from mmiotrace_ng.tracer.kmodload import _build; print(_build('{kver}'))"
-
-
-def kernel() -> str:
-    return os.environ.get("MMIOTNG_KVER") or subprocess.run(
-        [str(REPO / "tests" / "default-kernel")], capture_output=True, text=True,
-        check=True).stdout.strip()
 
 
 def installed_python(code: str, build_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -39,7 +33,7 @@ def installed_python(code: str, build_dir: Path) -> subprocess.CompletedProcess[
 
 @pytest.fixture(scope="module")
 def built() -> tuple[str, subprocess.CompletedProcess[str]]:
-    kver = kernel()
+    kver = guest_kernel()
     if os.geteuid() != 0:
         missing("needs root (the build directory must be root's)")
     if not Path(f"/lib/modules/{kver}/build").is_dir():
