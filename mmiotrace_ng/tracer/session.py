@@ -126,7 +126,7 @@ class Session:
         self.raw = raw
         # a recording's symbols, modules unloaded while tracing included
         if raw:
-            from .format.symsnap import SymbolSnapshots
+            from ..format.symsnap import SymbolSnapshots
         self.snapshots = SymbolSnapshots() if raw else None
         self.record = getattr(args, "record", False)     # records only, no text
         self.access_size = ctypes.sizeof(NgRecAccess)

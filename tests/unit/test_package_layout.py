@@ -6,6 +6,7 @@ command line at the top may use them all, and nothing below uses it."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "mmiotrace_ng"
@@ -66,3 +67,47 @@ def test_a_wrong_import_is_found(tmp_path):
     assert imported_groups(mod) == {"tracer"}
     mod.write_text("from mmiotrace_ng.cli import main\nfrom ..format import records\n")
     assert imported_groups(mod) == {"top", "format"}
+
+
+def test_every_import_of_the_package_names_a_module_that_exists():
+    """Imports made inside functions too (they run only when used: a trace
+    imports some only once it records)."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        if "data" in path.relative_to(PKG).parts:
+            continue
+        package = ".".join(path.relative_to(PKG.parent).parent.parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.split(".")[0] == "mmiotrace_ng":
+                module = node.module
+            else:
+                continue
+            if not _exists(module):
+                bad.append(f"{path.relative_to(PKG)}:{node.lineno} {module}")
+                continue
+            for alias in node.names:     # from PKG import submodule
+                sub = f"{module}.{alias.name}"
+                spec = importlib.util.find_spec(module)
+                if spec.submodule_search_locations and alias.name != "*" and \
+                        not _exists(sub) and \
+                        not _defines(module, alias.name):
+                    bad.append(f"{path.relative_to(PKG)}:{node.lineno} {sub}")
+    assert bad == []
+
+
+def _defines(package: str, name: str) -> bool:
+    """Whether a package's __init__ defines name (e.g. __version__)."""
+    init = PKG.parent.joinpath(*package.split("."), "__init__.py")
+    return name in init.read_text()
+
+
+def _exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:     # a package on its path is missing
+        return False
