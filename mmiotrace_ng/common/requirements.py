@@ -94,11 +94,15 @@ def check_files(root: Path) -> list[Check]:
     btf = (root / "sys/kernel/btf/vmlinux").exists()
     out.append(Check("BTF", btf, "/sys/kernel/btf/vmlinux" if btf else
                      "no /sys/kernel/btf/vmlinux: a kernel with CONFIG_DEBUG_INFO_BTF"))
-    enabled = _read(root / "sys/kernel/debug/kprobes/enabled")
+    switch = root / "sys/kernel/debug/kprobes/enabled"
+    enabled = _read(switch)
     out.append(Check("kprobes switch", None if enabled is None else enabled != "0",
+                     "on" if enabled not in (None, "0") else
+                     "off: echo 1 > /sys/kernel/debug/kprobes/enabled" if enabled == "0" else
                      "not known: debugfs not mounted (mount -t debugfs none /sys/kernel/debug)"
-                     if enabled is None else "on" if enabled != "0" else
-                     "off: echo 1 > /sys/kernel/debug/kprobes/enabled"))
+                     if not (root / "sys/kernel/debug/kprobes").is_dir() else
+                     "not known: /sys/kernel/debug/kprobes/enabled cannot be read (lockdown "
+                     "closes debugfs's writable files)"))
     ftrace = _read(root / "proc/sys/kernel/ftrace_enabled")
     out.append(Check("ftrace switch", None if ftrace is None else ftrace != "0",
                      "not known: no /proc/sys/kernel/ftrace_enabled" if ftrace is None else

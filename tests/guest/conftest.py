@@ -7,7 +7,8 @@
   every other test of its session) may gain the lines of one page-fault
   oops report, nothing else.
 - Tests marked ``lockdown_boot`` run in a boot with module.sig_enforce=1
-  on the kernel's command line, and no other test runs there (deselected).
+  on the kernel's command line, those marked ``integrity_boot`` in one with
+  lockdown=integrity, and no other test runs there (deselected).
 - Tests marked ``single_tcg`` fail at once in a guest that runs under
   QEMU's multi-threaded TCG (NGVM_ACCEL=tcg-multi): they patch kernel code
   that another vCPU executes in a loop, which that mode does not handle
@@ -52,10 +53,14 @@ def stress_length(amount: float) -> float:
 
 def pytest_collection_modifyitems(config, items):
     if IN_GUEST:
-        # the boot that enforces module signatures runs its tests and no other
-        locked = "module.sig_enforce=1" in Path("/proc/cmdline").read_text().split()
+        # the boots that enforce module signatures (module.sig_enforce=1,
+        # lockdown=integrity) run their tests and no other
+        cmdline = Path("/proc/cmdline").read_text().split()
+        boot = ("lockdown_boot" if "module.sig_enforce=1" in cmdline else
+                "integrity_boot" if "lockdown=integrity" in cmdline else None)
         drop = [item for item in items
-                if (item.get_closest_marker("lockdown_boot") is not None) != locked]
+                if any((item.get_closest_marker(m) is not None) != (m == boot)
+                       for m in ("lockdown_boot", "integrity_boot"))]
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = [item for item in items if item not in drop]

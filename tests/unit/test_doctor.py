@@ -74,6 +74,23 @@ def test_switches_off_and_the_kernels_tracer_say_how_to_fix(tmp_path):
         assert checks[name].ok is False and fix in checks[name].detail, checks[name]
 
 
+def test_a_kprobes_switch_not_known_says_why(tmp_path):
+    """No debugfs, or debugfs there but its writable files closed (as
+    lockdown=integrity closes them): a warning each, with the reason."""
+    root = machine(tmp_path / "a")
+    (root / "sys/kernel/debug/kprobes/enabled").unlink()
+    (root / "sys/kernel/debug/kprobes").rmdir()
+    c = by_name(root)["kprobes switch"]
+    assert (c.ok, c.detail) == (None, "not known: debugfs not mounted (mount -t debugfs none "
+                                      "/sys/kernel/debug)")
+    root = machine(tmp_path / "b")
+    (root / "sys/kernel/debug/kprobes/enabled").unlink()
+    (root / "sys/kernel/debug/kprobes/enabled").mkdir()       # cannot be read as a file
+    c = by_name(root)["kprobes switch"]
+    assert (c.ok, c.detail) == (None, "not known: /sys/kernel/debug/kprobes/enabled cannot be "
+                                      "read (lockdown closes debugfs's writable files)")
+
+
 def test_lockdown_confidentiality_fails_integrity_warns(tmp_path):
     path = "sys/kernel/security/lockdown"
     c = by_name(machine(tmp_path / "a", **{path: "none integrity [confidentiality]\n"}))
