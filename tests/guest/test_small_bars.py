@@ -12,13 +12,18 @@ must be the same, repeated reads counted one by one.  An exerciser scenario maps
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import struct
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kernel_tracer import capture, find_pci_device, to_records
 from ng_tracer import NgTracer, helper_status
 from test_engine_safety import stress
+from test_record import ivshmem_64m
 
 DEVICES = {
     "i6300esb": ((0x8086, 0x25AB), 16),
@@ -168,3 +173,69 @@ def test_mapping_it_cannot_trace_is_said(exerciser):
     err = [ln for ln in t.stderr().splitlines() if ln.startswith("mmiotrace-ng: ioremap of")]
     assert len(err) == 1 and err[0] == marks[0].split(" ", 2)[2], err
     assert "1 mappings NOT traced" in t.stderr()
+
+
+SDHCI_ARGUMENT = 0x08           # read/write in QEMU's sdhci: what is written reads back
+PCI_COMMAND, PCI_COMMAND_MEMORY, PCI_BAR0 = 0x04, 0x02, 0x10
+
+
+@contextlib.contextmanager
+def bar0_moved(dev, phys: int) -> Iterator[None]:
+    """dev's BAR0 decoded at phys (its BAR register written, memory decoding
+    on) while no driver is bound; put back as it was afterwards.  The
+    kernel's resources keep the old place: nothing maps it meanwhile."""
+    config = Path("/sys/bus/pci/devices") / dev.name / "config"
+    assert not (config.parent / "driver").exists(), f"{dev.name} has a driver"
+    with open(config, "r+b", buffering=0) as f:
+        f.seek(PCI_COMMAND)
+        (command,) = struct.unpack("<H", f.read(2))
+        f.seek(PCI_BAR0)
+        (bar0,) = struct.unpack("<I", f.read(4))
+        try:
+            f.seek(PCI_BAR0)
+            f.write(struct.pack("<I", phys | (bar0 & 0xF)))
+            f.seek(PCI_COMMAND)
+            f.write(struct.pack("<H", command | PCI_COMMAND_MEMORY))
+            yield
+        finally:
+            f.seek(PCI_BAR0)
+            f.write(struct.pack("<I", bar0))
+            f.seek(PCI_COMMAND)
+            f.write(struct.pack("<H", command))
+
+
+def test_a_neighbour_in_the_page_works_untraced(exerciser):
+    """A 256-byte BAR traced (ivshmem's registers), and another device's
+    registers in the rest of its page (sdhci's BAR0, moved there): reached
+    through the traced mapping, the neighbour's register takes the value
+    written and reads it back, both accesses trap (the helper emulates them),
+    and neither is in the trace, while the traced BAR's own are."""
+    iv = ivshmem_64m()
+    start, size = iv.bars[0]
+    assert size == 256, iv.bars
+    page = start & ~0xFFF
+    slot = next(a for a in range(page, page + 0x1000, 0x100) if not start <= a < start + size)
+    sdhci = device("sdhci_pci")
+    subprocess.run(["rmmod", "sdhci_pci"], capture_output=True)
+    poke = Path("/sys/kernel/debug") / f"edu_exerciser-{iv.name}" / "poke"
+    value = 0x5EC0_0D0D
+    with bar0_moved(sdhci, slot):
+        # untraced first: the neighbour answers there
+        poke.write_text(f"0 {slot - start + SDHCI_ARGUMENT:#x} {value:#x}\n")
+        t = NgTracer(["--pci", f"{iv.name}@0"], "ng-neighbour").start()
+        try:
+            before = helper_status()
+            text = t.section(lambda: (
+                poke.write_text(f"0 0x0 {0xFFFF_FFFE:#x}\n"),
+                poke.write_text(f"0 {slot - start + SDHCI_ARGUMENT:#x} {value ^ 0xFFFF:#x}\n"),
+                poke.write_text("0 0x0 0x0\n")))
+            after = helper_status()
+        finally:
+            assert t.stop() == 0, t.stderr()
+    # three mappings, each a write and a read through the armed page
+    assert after["emulated"] - before["emulated"] == 6, (before, after)
+    assert to_records(text, start) == [
+        ("MAP", 0, 0x100), ("W", 4, 0, 0xFFFFFFFE), ("R", 4, 0, 0xFFFFFFFE), ("UNMAP",),
+        ("MAP", 0, 0x100), ("UNMAP",),
+        ("MAP", 0, 0x100), ("W", 4, 0, 0), ("R", 4, 0, 0), ("UNMAP",),
+    ], text

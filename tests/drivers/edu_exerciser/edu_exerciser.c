@@ -1831,6 +1831,7 @@ struct edu_any {
 	struct dentry *dir;
 	struct mutex lock;	/* one map at a time */
 	u32 level;
+	u32 poked;		/* the value the last "poke" read back */
 };
 
 static void __iomem *edu_any_map(struct pci_dev *pdev, int bar, const char *call)
@@ -1949,6 +1950,57 @@ static const struct file_operations edu_any_movs_fops = {
 	.llseek = default_llseek,
 };
 
+/*
+ * "poke": "BAR OFFSET VALUE" maps the BAR (its own size, as a driver does),
+ * writes VALUE at OFFSET and reads it back (kept in "poked").  OFFSET may
+ * lie past the BAR's end, anywhere in the page(s) the mapping covers: the
+ * registers of a device whose BAR shares the page, reached through this
+ * device's mapping.  -EIO when the value read differs.
+ */
+static ssize_t edu_any_poke_write(struct file *file, const char __user *ubuf,
+				  size_t len, loff_t *ppos)
+{
+	struct edu_any *any = file->private_data;
+	resource_size_t start, size, reach;
+	unsigned long off;
+	char cmd[EDU_CMD_MAX];
+	void __iomem *p;
+	u32 val;
+	int bar;
+
+	if (len == 0 || len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	if (sscanf(cmd, "%d %li %i", &bar, &off, &val) != 3 || bar < 0 ||
+	    bar >= PCI_STD_NUM_BARS || !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
+		return -EINVAL;
+	start = pci_resource_start(any->pdev, bar);
+	size = pci_resource_len(any->pdev, bar);
+	reach = PAGE_ALIGN(offset_in_page(start) + size) - offset_in_page(start);
+	if (off > reach - 4 || off & 3)
+		return -EINVAL;
+	mutex_lock(&any->lock);
+	p = ioremap(start, size);
+	if (!p) {
+		mutex_unlock(&any->lock);
+		return -ENOMEM;
+	}
+	writel(val, p + off);
+	any->poked = readl(p + off);
+	iounmap(p);
+	mutex_unlock(&any->lock);
+	return any->poked == val ? len : -EIO;
+}
+
+static const struct file_operations edu_any_poke_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = edu_any_poke_write,
+	.llseek = default_llseek,
+};
+
 static int edu_any_probe(struct pci_dev *pdev)
 {
 	struct edu_any *any;
@@ -1971,7 +2023,9 @@ static int edu_any_probe(struct pci_dev *pdev)
 	}
 	debugfs_create_file("map", 0200, any->dir, any, &edu_any_fops);
 	debugfs_create_file("movs", 0200, any->dir, any, &edu_any_movs_fops);
+	debugfs_create_file("poke", 0200, any->dir, any, &edu_any_poke_fops);
 	debugfs_create_u32("level", 0444, any->dir, &any->level);
+	debugfs_create_x32("poked", 0444, any->dir, &any->poked);
 	pci_set_drvdata(pdev, any);
 	return 0;
 }
