@@ -6,8 +6,12 @@ the same boot."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import re
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import EXERCISER_DEBUGFS
 from ng_tracer import NG, NgTracer
+
+from mmiotrace_ng.common import bpfsys
 
 STRESS = EXERCISER_DEBUGFS / "stress"
 VAR = "edu_exerciser:edu_watched"
@@ -241,3 +247,56 @@ def test_with_mmio_tracing_in_another_process(exerciser):
     assert res.returncode == 0, res.stderr
     assert len(hits(res.stdout)) == 100
     assert len([ln for ln in text.splitlines() if ln.startswith("R ")]) == 4, text
+
+
+BPF_PROG_TYPE_KPROBE, BPF_FUNC_PROBE_READ_KERNEL = 2, 113
+INSN = struct.Struct("<BBhi")   # code, dst | src << 4, off, imm
+
+
+def reading_program(addr: int, reads: int) -> bytes:
+    """BPF bytecode, written out here: `reads` times
+    bpf_probe_read_kernel(fp - 8, 4, addr), then return 0."""
+    lo, hi = (ctypes.c_int32(addr & 0xFFFFFFFF).value, ctypes.c_int32(addr >> 32).value)
+    one = b"".join([INSN.pack(0xBF, 0xA1, 0, 0),        # r1 = r10
+                    INSN.pack(0x07, 0x01, 0, -8),       # r1 += -8
+                    INSN.pack(0xB7, 0x02, 0, 4),        # r2 = 4
+                    INSN.pack(0x18, 0x03, 0, lo),       # r3 = addr (ld_imm64)
+                    INSN.pack(0x00, 0x00, 0, hi),
+                    INSN.pack(0x85, 0x00, 0, BPF_FUNC_PROBE_READ_KERNEL)])
+    return one * reads + INSN.pack(0xB7, 0, 0, 0) + INSN.pack(0x95, 0, 0, 0)
+
+
+@contextlib.contextmanager
+def bpf_reads_on_entry(addr: int, reads: int, functions: list[str]):
+    """Another BPF program, on kprobes at the functions' entries, that reads
+    addr `reads` times at each call: from inside a BPF program, where the
+    kernel runs no other (ksym's among them)."""
+    prog = bpfsys.prog_load(BPF_PROG_TYPE_KPROBE, "ksym_test_read",
+                            reading_program(addr, reads), "GPL", 0)
+    fds: list[int] = []
+    try:
+        fds = [bpfsys.attach_kprobe(f, prog) for f in functions]
+        yield
+    finally:
+        for fd in [*fds, prog]:
+            os.close(fd)
+
+
+def test_hits_inside_another_bpf_program_are_said_not_seen(watched):
+    """The watched variable read 3 times by another BPF program at each call
+    of the writer and the reader: the hit lines are the workload's own, and
+    the summary says the 6 others, which perf counts on the same workload
+    with its own breakpoint."""
+    with bpf_reads_on_entry(watched, 3, ["edu_watch_writer", "edu_watch_reader"]):
+        res = ksym(f"{VAR}:rw-", "--", "sh", "-c", WORKLOAD)
+        perf = perf_count(f"mem:0x{watched:x}/4:rw")
+    assert res.returncode == 0, res.stderr
+    assert functions(hits(res.stdout)) == {"edu_watch_writer [edu_exerciser]": WRITES,
+                                           "edu_watch_reader [edu_exerciser]": READS}
+    m = re.search(r"^mmiotrace-ng: (\d+) hits printed \(.* (\d+) counted\), lost 0, "
+                  r"(\d+) not seen by the BPF program \(another BPF program was running\)$",
+                  res.stderr, re.M)
+    assert m, res.stderr
+    printed, counted, unseen = map(int, m.groups())
+    assert (printed, unseen) == (WRITES + READS, 6)
+    assert counted == perf == WRITES + READS + 6
