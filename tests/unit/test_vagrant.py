@@ -110,7 +110,7 @@ def test_vagrantfile_in_step_with_tests_run():
         assert f"-object {backend} -device ivshmem-plain,memdev=iv{n}" in run
         assert f'libvirt.qemuargs value: "{backend}"' in vf
         assert _has_qemu_device(vf, f"ivshmem-plain,memdev=iv{n}")
-    assert "--append 'modprobe.blacklist=e1000,i6300esb,sdhci_pci'" in run
+    assert '--append "modprobe.blacklist=e1000,i6300esb,sdhci_pci ngvm.bpfcache=$BPFCACHE"' in run
     assert "modprobe.blacklist=e1000,i6300esb,sdhci_pci" in vf
     # the same guest suite, with the switch that un-skips it
     assert ("pytest -v -p no:cacheprovider --durations=25 -m 'not single_tcg and not "
