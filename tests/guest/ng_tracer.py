@@ -129,17 +129,20 @@ def helper_status() -> dict[str, int]:
         return h.status()._asdict()
 
 
-def recorded_for_host(name: str, exerciser, argv: list[str]) -> Path:
+def recorded_for_host(name: str, exerciser, argv: list[str],
+                      **facts: object) -> subprocess.CompletedProcess[str]:
     """Run mmiotrace-ng with argv ("{rec}" in it: the recording's path) to
     make RECORDED/name.rec for the host tests of tests/recorded, with the
-    device's facts beside it in name.json."""
+    device's facts (and those given) beside it in name.json; the run's
+    result (its summary on stderr)."""
     RECORDED.mkdir(parents=True, exist_ok=True)
-    rec, facts = RECORDED / f"{name}.rec", RECORDED / f"{name}.json"
+    rec, path = RECORDED / f"{name}.rec", RECORDED / f"{name}.json"
     rec.unlink(missing_ok=True)
-    facts.unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
     res = subprocess.run([*NG, *(a.replace("{rec}", str(rec)) for a in argv)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    facts.write_text(json.dumps({"bdf": exerciser.dev.name, "bar0": exerciser.bar0[0],
-                                 "made": time.time()}))
-    return rec
+    assert rec.stat().st_size > 0, res.stderr
+    path.write_text(json.dumps({"bdf": exerciser.dev.name, "bar0": exerciser.bar0[0],
+                                "made": time.time(), **facts}))
+    return res

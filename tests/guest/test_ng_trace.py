@@ -59,27 +59,7 @@ def erms() -> bool:
 
 def decoded(name: str, count: int | None) -> list[tuple]:
     """What the default mode prints: the string instructions decoded."""
-    recs = sc.expected(name, count, erms=erms())
-    if name == "toio":      # bytes 00..0f to 0x80 as four rep movsl stores
-        data = bytes(range(16))
-        return [r if r[0] != "UNKNOWN" else
-                ("W", 4, r[1], int.from_bytes(data[r[1] - 0x80:r[1] - 0x7C], "little"))
-                for r in recs]
-    if name == "fromio":    # loads of DMA src (0x80), dst (0x88) and no register
-        values = {0x80: 0x55667788, 0x84: 0xFFFFFFFF, 0x88: 0xDDEEFF00, 0x8C: 0xFFFFFFFF}
-        return [r if r[0] != "UNKNOWN" else ("R", 4, r[1], values[r[1]]) for r in recs]
-    if name == "cloop":     # COUNT bytes (i & 0xff) to the spare page
-        out = []
-        for r in recs:
-            if r[0] != "UNKNOWN":
-                out.append(r)
-                continue
-            width = {sc.REP_MOVSL: 4, sc.MOVSW: 2, sc.MOVSB: 1}[r[2]]
-            i = r[1] - sc.SPARE_PAGE
-            out.append(("W", width, r[1], int.from_bytes(
-                bytes((i + k) & 0xFF for k in range(width)), "little")))
-        return out
-    return recs
+    return sc.decoded(name, count, erms=erms())
 
 
 def records_only(text: str) -> list[str]:

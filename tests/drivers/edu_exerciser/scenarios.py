@@ -221,6 +221,33 @@ def expected(name: str, count: int | None = None, *, kernel: bool = False,
     return list(recs)
 
 
+def decoded(name: str, count: int | None = None, *, erms: bool = True) -> list[Record]:
+    """What mmiotrace-ng's default mode prints for scenario ``name``: the
+    string instructions (UNKNOWN in the kernel's tracer) decoded into one
+    R or W per element, with its value."""
+    recs = expected(name, count, erms=erms)
+    if name == "toio":      # bytes 00..0f to 0x80 as four rep movsl stores
+        data = bytes(range(16))
+        return [r if r[0] != "UNKNOWN" else
+                ("W", 4, r[1], int.from_bytes(data[r[1] - 0x80:r[1] - 0x7C], "little"))
+                for r in recs]
+    if name == "fromio":    # loads of DMA src (0x80), dst (0x88) and no register
+        values = {0x80: 0x55667788, 0x84: 0xFFFFFFFF, 0x88: 0xDDEEFF00, 0x8C: 0xFFFFFFFF}
+        return [r if r[0] != "UNKNOWN" else ("R", 4, r[1], values[r[1]]) for r in recs]
+    if name == "cloop":     # COUNT bytes (i & 0xff) to the spare page
+        out = []
+        for r in recs:
+            if r[0] != "UNKNOWN":
+                out.append(r)
+                continue
+            width = {REP_MOVSL: 4, MOVSW: 2, MOVSB: 1}[r[2]]
+            i = r[1] - SPARE_PAGE
+            out.append(("W", width, r[1], int.from_bytes(
+                bytes((i + k) & 0xFF for k in range(width)), "little")))
+        return out
+    return recs
+
+
 def command(name: str, count: int | None = None) -> str:
     """The line to write to /sys/kernel/debug/edu_exerciser/run."""
     return name if count is None else f"{name} {count}"
