@@ -129,12 +129,12 @@ def helper_status() -> dict[str, int]:
         return h.status()._asdict()
 
 
-def recorded_for_host(name: str, exerciser, argv: list[str],
+def recorded_for_host(name: str, argv: list[str], *, bdf: str, bar0: int,
                       **facts: object) -> subprocess.CompletedProcess[str]:
     """Run mmiotrace-ng with argv ("{rec}" in it: the recording's path) to
     make RECORDED/name.rec for the host tests of tests/recorded, with the
-    device's facts (and those given) beside it in name.json; the run's
-    result (its summary on stderr)."""
+    device's address, its BAR 0 and the other facts given beside it in
+    name.json; the run's result (its summary on stderr)."""
     RECORDED.mkdir(parents=True, exist_ok=True)
     rec, path = RECORDED / f"{name}.rec", RECORDED / f"{name}.json"
     rec.unlink(missing_ok=True)
@@ -143,6 +143,5 @@ def recorded_for_host(name: str, exerciser, argv: list[str],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert rec.stat().st_size > 0, res.stderr
-    path.write_text(json.dumps({"bdf": exerciser.dev.name, "bar0": exerciser.bar0[0],
-                                "made": time.time(), **facts}))
+    path.write_text(json.dumps({"bdf": bdf, "bar0": bar0, "made": time.time(), **facts}))
     return res

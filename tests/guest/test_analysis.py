@@ -22,13 +22,19 @@ SECTIONS = {"sections-a": [("init", "readl"), ("run", "writel")],
 BLIT = 0x10000
 
 
+def edu(exerciser) -> dict:
+    """The facts of the edu device a recording for the host traced."""
+    return {"bdf": exerciser.dev.name, "bar0": exerciser.bar0[0]}
+
+
 def steps(*scenarios: str) -> str:
     return "; ".join(f"echo '{s}' > {RUN}" for s in scenarios)
 
 
 def test_the_analysis_recording_is_made(exerciser):
-    recorded_for_host("analysis", exerciser, [
-        "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c", steps(*STEPS)])
+    recorded_for_host("analysis", [
+        "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c", steps(*STEPS)],
+        **edu(exerciser))
     # the exerciser stays loaded: its functions are where they were
     kallsyms = Path("/proc/kallsyms").read_text()
     assert " sc_readl\t[edu_exerciser]" in kallsyms
@@ -39,13 +45,14 @@ def test_the_section_recordings_are_made(exerciser):
     ng = " ".join(NG)
     for name, sections in SECTIONS.items():
         script = "; ".join(f"{ng} mark {text}; {steps(step)}" for text, step in sections)
-        recorded_for_host(name, exerciser, [
-            "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c", script])
+        recorded_for_host(name, [
+            "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c", script],
+            **edu(exerciser))
 
 
 def test_the_lossy_recording_is_made(exerciser):
     """One memcpy_toio of 64 KiB: 16384 stores emulated in one trap, far
     more records than a ring of 4 KiB holds before the reader runs."""
-    recorded_for_host("lossy", exerciser, [
+    recorded_for_host("lossy", [
         "record", "--pci", exerciser.dev.name, "--buffer-size-kb", "4", "-o", "{rec}", "--",
-        "sh", "-c", steps(f"cloop {BLIT}")])
+        "sh", "-c", steps(f"cloop {BLIT}")], **edu(exerciser))

@@ -88,9 +88,10 @@ def test_the_default_ring_keeps_a_blit_of_a_million_stores(exerciser):
     fewer: nothing lost, every access recorded.  That each is in the file,
     in order, with its value, the host checks (tests/recorded/
     test_recording_blit.py: seconds there, minutes here)."""
-    res = recorded_for_host("blit", exerciser, [
+    res = recorded_for_host("blit", [
         "record", "--pci", exerciser.dev.name, "-o", "{rec}", "--", "sh", "-c",
-        "; ".join([f"echo 'cloop {BLIT}' > {RUN}"] * 4)], blit=BLIT, erms=erms())
+        "; ".join([f"echo 'cloop {BLIT}' > {RUN}"] * 4)],
+        bdf=exerciser.dev.name, bar0=exerciser.bar0[0], blit=BLIT, erms=erms())
     m = re.search(r"^mmiotrace-ng: (\d+) records \(map (\d+), unmap (\d+), access (\d+), "
                   r"mark \d+\) recorded in .*, lost (\d+)$", res.stderr, re.M)
     assert m, res.stderr

@@ -26,8 +26,8 @@ def recording(name: str) -> tuple[Path, dict]:
     it in this run."""
     rec, facts = RECORDED / f"{name}.rec", RECORDED / f"{name}.json"
     if not rec.exists() or not facts.exists():
-        pytest.fail(f"{rec} is missing: tests/guest/test_{name}.py makes it in the guest",
-                    pytrace=False)
+        pytest.fail(f"{rec} is missing: a guest test makes it (recorded_for_host(\"{name}\", "
+                    "...) in tests/guest), in this run of tests/run", pytrace=False)
     made = json.loads(facts.read_text())
     if time.time() - made["made"] > FRESH_S:
         pytest.fail(f"{rec} is stale (made {time.ctime(made['made'])})", pytrace=False)
