@@ -8,9 +8,14 @@ helper disarms everything.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
+import os
+import platform
+import struct
 import sys
+from collections.abc import Iterator
 from typing import NamedTuple
 
 
@@ -31,11 +36,43 @@ def _enter_pyroute2_lightly() -> None:
     sys.modules["pyroute2"] = importlib.util.module_from_spec(spec)
 
 
+class _Uname(NamedTuple):
+    """platform.uname()'s fields, the processor given."""
+
+    system: str
+    node: str
+    release: str
+    version: str
+    machine: str
+    processor: str
+
+
+@contextlib.contextmanager
+def _platform_without_subprocesses() -> Iterator[None]:
+    """pyroute2.config asks at its import for tuple(platform.uname()) and
+    platform.architecture(), which on Linux run `uname -p` and `file -b
+    PYTHON` as child processes: milliseconds on hardware, 4-5 s of every
+    start in a TCG guest.  While it imports, the same answers come from
+    os.uname() and the interpreter's pointer size (the processor as
+    platform gives it where `uname -p` says "unknown": blank)."""
+    saved = platform.uname, platform.architecture
+    u = os.uname()
+    bits = f"{struct.calcsize('P') * 8}bit"
+    known = _Uname(u.sysname, u.nodename, u.release, u.version, u.machine, "")
+    platform.uname = lambda: known  # type: ignore[assignment]
+    platform.architecture = lambda *_a, **_k: (bits, "ELF")  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        platform.uname, platform.architecture = saved
+
+
 _enter_pyroute2_lightly()
 
-from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, genlmsg  # noqa: E402
-from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402
-from pyroute2.netlink.generic import GenericNetlinkSocket  # noqa: E402
+with _platform_without_subprocesses():
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, genlmsg
+    from pyroute2.netlink.exceptions import NetlinkError
+    from pyroute2.netlink.generic import GenericNetlinkSocket
 
 from ..format.abi import (  # noqa: E402
     ATTR_TYPES,
