@@ -25,6 +25,7 @@ import functools
 import os
 import re
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -73,6 +74,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE == Path(item.path).parent or HERE in Path(item.path).parents:
             item.add_marker(skip)
+
+
+# ksym's BPF object, compiled ahead in the background once the session
+# knows it has ksym tests (40 s or more of one test under TCG otherwise):
+# the product's own compile path (common/bpfload.py), on the vCPU the
+# tests leave idle most of the time, into the cache the tests then load.
+_KSYM_PREFETCH = ("from mmiotrace_ng.common.bpfload import compiled, source_dir\n"
+                  "from mmiotrace_ng.ksym.probes import PROGRAMS\n"
+                  "compiled(source_dir('bpf') / 'ksym.bpf.c', PROGRAMS)\n")
+_prefetch: subprocess.Popen | None = None
+
+
+def pytest_collection_finish(session):
+    global _prefetch
+    if IN_GUEST and any(Path(item.path).name == "test_ksym.py" for item in session.items):
+        _prefetch = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", _KSYM_PREFETCH],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     cwd=REPO)
+
+
+def pytest_sessionfinish(session):
+    if _prefetch is not None and _prefetch.poll() is None:
+        _prefetch.kill()
+        _prefetch.wait()
 
 
 def pytest_runtest_setup(item):
