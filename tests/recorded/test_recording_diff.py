@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
 from recorded import NG, recording
 
 BLIT = 0x10000      # the lossy recording's one memcpy_toio, in bytes
@@ -105,6 +106,7 @@ def test_two_loads_of_e1000_are_equal_but_for_descriptor_bases():
         0x2800, 0x2804, 0x3800, 0x3804}, plain.stdout
 
 
+@pytest.mark.second_boot
 def test_e1000_in_another_boot_equals_the_first():
     """The second boot's load of e1000 (tests/run's second guest) equals the
     first boot's; the PCIDEV lines say what differs between the boots and
