@@ -275,7 +275,8 @@ def bpf_reads_on_entry(addr: int, reads: int, functions: list[str]):
                             reading_program(addr, reads), "GPL", 0)
     fds: list[int] = []
     try:
-        fds = [bpfsys.attach_kprobe(f, prog) for f in functions]
+        for f in functions:
+            fds.append(bpfsys.attach_kprobe(f, prog))
         yield
     finally:
         for fd in [*fds, prog]:

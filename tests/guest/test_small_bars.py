@@ -3,17 +3,19 @@ own mmiotrace on real in-tree drivers, in the same boot.
 
 The test guest has QEMU's i6300esb watchdog (one 16-byte memory BAR, driver
 i6300esb) and sdhci-pci (one 256-byte BAR, driver sdhci-pci), both kept from
-loading at boot; SeaBIOS packs such BARs, so they can share a page with
-another device's BAR.  Each driver is loaded and unloaded under the kernel's
+loading at boot.  Each driver is loaded and unloaded under the kernel's
 tracer, then under mmiotrace-ng --compat: the records of the device's BAR
-must be the same, repeated reads counted one by one.  An exerciser scenario maps a
-16-byte window of the edu BAR on its own.
+must be the same, repeated reads counted one by one.  An exerciser scenario
+maps a 16-byte window of the edu BAR on its own.  SeaBIOS gives each small
+BAR a page of its own, so a test moves sdhci's into the page of ivshmem's
+256-byte BAR to make a neighbour.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import struct
 import subprocess
 from collections.abc import Iterator
@@ -177,6 +179,19 @@ def test_mapping_it_cannot_trace_is_said(exerciser):
 
 SDHCI_ARGUMENT = 0x08           # read/write in QEMU's sdhci: what is written reads back
 PCI_COMMAND, PCI_COMMAND_MEMORY, PCI_BAR0 = 0x04, 0x02, 0x10
+PCI_NAME = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def busy(start: int, size: int) -> bool:
+    """Whether a PCI device's resource in /proc/iomem (a BAR, named by the
+    device's address) overlaps [start, start + size); the bus windows
+    around them do not count."""
+    for line in Path("/proc/iomem").read_text().splitlines():
+        span, name = (x.strip() for x in line.split(" : ", 1))
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        if PCI_NAME.match(name) and lo < start + size and start <= hi:
+            return True
+    return False
 
 
 @contextlib.contextmanager
@@ -213,8 +228,10 @@ def test_a_neighbour_in_the_page_works_untraced(exerciser):
     iv = ivshmem_64m()
     start, size = iv.bars[0]
     assert size == 256, iv.bars
-    page = start & ~0xFFF
-    slot = next(a for a in range(page, page + 0x1000, 0x100) if not start <= a < start + size)
+    # the next 256 bytes after the BAR in its page, where nothing else is
+    # (the poke reaches from the BAR's start to its page's end)
+    slot = start + size
+    assert slot & 0xFFF and not busy(slot, 0x100), f"{slot:#x} is not free"
     sdhci = device("sdhci_pci")
     subprocess.run(["rmmod", "sdhci_pci"], capture_output=True)
     poke = Path("/sys/kernel/debug") / f"edu_exerciser-{iv.name}" / "poke"

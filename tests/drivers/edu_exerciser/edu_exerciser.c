@@ -1829,7 +1829,7 @@ static const struct file_operations edu_hold_fops = {
 struct edu_any {
 	struct pci_dev *pdev;
 	struct dentry *dir;
-	struct mutex lock;	/* one map at a time */
+	struct mutex lock;	/* one map, movs or poke at a time */
 	u32 level;
 	u32 poked;		/* the value the last "poke" read back */
 };
@@ -1965,7 +1965,7 @@ static ssize_t edu_any_poke_write(struct file *file, const char __user *ubuf,
 	unsigned long off;
 	char cmd[EDU_CMD_MAX];
 	void __iomem *p;
-	u32 val;
+	u32 val, got;
 	int bar;
 
 	if (len == 0 || len >= sizeof(cmd))
@@ -1988,10 +1988,11 @@ static ssize_t edu_any_poke_write(struct file *file, const char __user *ubuf,
 		return -ENOMEM;
 	}
 	writel(val, p + off);
-	any->poked = readl(p + off);
+	got = readl(p + off);
+	any->poked = got;
 	iounmap(p);
 	mutex_unlock(&any->lock);
-	return any->poked == val ? len : -EIO;
+	return got == val ? len : -EIO;
 }
 
 static const struct file_operations edu_any_poke_fops = {
