@@ -1478,6 +1478,20 @@ static int edu_stress_open(struct inode *inode, struct file *file)
 	return single_open(file, edu_stress_list_show, inode->i_private);
 }
 
+/*
+ * A command written to a debugfs file, copied into cmd (size bytes) and
+ * NUL-terminated: 0, or -EINVAL for an empty or too long one, -EFAULT.
+ */
+static int edu_copy_cmd(char *cmd, size_t size, const char __user *ubuf, size_t len)
+{
+	if (len == 0 || len >= size)
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	return 0;
+}
+
 static ssize_t edu_do_write(struct file *file, const char __user *ubuf,
 			    size_t len, const struct edu_table *t)
 {
@@ -1488,11 +1502,9 @@ static ssize_t edu_do_write(struct file *file, const char __user *ubuf,
 	char *rest, *name, *arg;
 	int ret;
 
-	if (len == 0 || len >= sizeof(cmd))
-		return -EINVAL;
-	if (copy_from_user(cmd, ubuf, len))
-		return -EFAULT;
-	cmd[len] = '\0';
+	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
+	if (ret)
+		return ret;
 	rest = strim(cmd);
 	name = strsep(&rest, " \t");
 	sc = edu_find(t, name);
@@ -1755,11 +1767,9 @@ static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 	bool move;
 	int ret = 0;
 
-	if (len == 0 || len >= sizeof(cmd))
-		return -EINVAL;
-	if (copy_from_user(cmd, ubuf, len))
-		return -EFAULT;
-	cmd[len] = '\0';
+	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
+	if (ret)
+		return ret;
 	strim(cmd);
 	/*
 	 * Only a move waits for the scenario running (it moves the BAR the
@@ -1862,13 +1872,12 @@ static ssize_t edu_any_write(struct file *file, const char __user *ubuf,
 	char cmd[EDU_CMD_MAX], call[EDU_CMD_MAX];
 	void __iomem *p;
 	unsigned int lvl;
+	int ret;
 	int bar, i, bad = 0;
 
-	if (len == 0 || len >= sizeof(cmd))
-		return -EINVAL;
-	if (copy_from_user(cmd, ubuf, len))
-		return -EFAULT;
-	cmd[len] = '\0';
+	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
+	if (ret)
+		return ret;
 	if (sscanf(cmd, "%d %63s", &bar, call) != 2 || bar < 0 || bar >= PCI_STD_NUM_BARS ||
 	    !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
 		return -EINVAL;
@@ -1916,13 +1925,12 @@ static ssize_t edu_any_movs_write(struct file *file, const char __user *ubuf,
 	resource_size_t size;
 	void __iomem *p;
 	void *from, *to;
+	int ret;
 	int bar;
 
-	if (len == 0 || len >= sizeof(cmd))
-		return -EINVAL;
-	if (copy_from_user(cmd, ubuf, len))
-		return -EFAULT;
-	cmd[len] = '\0';
+	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
+	if (ret)
+		return ret;
 	if (sscanf(cmd, "%d %li %li", &bar, &src, &dst) != 3 || bar < 0 ||
 	    bar >= PCI_STD_NUM_BARS || !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
 		return -EINVAL;
@@ -1966,13 +1974,12 @@ static ssize_t edu_any_poke_write(struct file *file, const char __user *ubuf,
 	char cmd[EDU_CMD_MAX];
 	void __iomem *p;
 	u32 val, got;
+	int ret;
 	int bar;
 
-	if (len == 0 || len >= sizeof(cmd))
-		return -EINVAL;
-	if (copy_from_user(cmd, ubuf, len))
-		return -EFAULT;
-	cmd[len] = '\0';
+	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
+	if (ret)
+		return ret;
 	if (sscanf(cmd, "%d %li %i", &bar, &off, &val) != 3 || bar < 0 ||
 	    bar >= PCI_STD_NUM_BARS || !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
 		return -EINVAL;
