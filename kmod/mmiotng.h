@@ -51,7 +51,8 @@
 #include "mmiotng_abi.h"
 
 #define NG_MAX_FILTERS		MMIOTNG_MAX_FILTERS
-#define NG_MAX_FILTER_SIZE	BIT_ULL(32)	/* 4 GiB: larger BARs are refused */
+/* a BAR of any size: the widest physical address space x86-64 has */
+#define NG_MAX_FILTER_SIZE	BIT_ULL(52)
 /* an instruction touches at most two operands, each on at most two pages */
 #define NG_STEP_PAGES		4
 /*
@@ -67,11 +68,18 @@
 /*
  * Mappings made ready for the ioremap probe, per filter (see ng_spare_get):
  * as many as NG_SPARE_BYTES hold, at least NG_SPARES_MIN (a 1 MiB range's
- * mapping takes 16 KiB as allocated: 16 of them; a 64 MiB range's 1 MiB: 4).
+ * mapping takes 8 KiB as allocated: 32 of them; a 64 MiB range's 512 KiB:
+ * 4).  One has room for the whole range's pages, but never takes more than
+ * NG_SPARE_MAX_BYTES (about 32760 entries: 128 MiB of 4K pages, 64 GiB of
+ * 2M pages, any BAR of 1G pages): a filter holds at most 4 MiB of spares
+ * whatever the BAR's size.  A new mapping that needs more entries than a
+ * spare has is NOT traced (-EFBIG) unless a mapping of its own can be
+ * allocated at once in the probe (ng_mapping_atomic).
  */
 #define NG_SPARES_MIN		4
 #define NG_SPARES_MAX		32
 #define NG_SPARE_BYTES		(256 * 1024)
+#define NG_SPARE_MAX_BYTES	(1024 * 1024)
 
 struct ng_mapping;
 
@@ -99,13 +107,17 @@ struct ng_filter {
 	bool dying;		/* unlinked: unmapped mappings are not kept */
 };
 
-/* One page-table entry of an armed mapping: a 4K page or a 2M page. */
+/*
+ * One page-table entry of an armed mapping: a 4K, 2M or 1G page (a PTE, a
+ * PMD or a PUD; pte_t stands for all three: the same 64 bits).  32 bytes:
+ * a spare for a huge BAR holds tens of thousands.
+ */
 struct ng_page {
 	pte_t *ptep;
 	unsigned long addr;
 	pteval_t saved;		/* the entry before arming */
-	unsigned int level;	/* PG_LEVEL_4K or PG_LEVEL_2M */
-	unsigned int steppers;	/* CPUs single-stepping on it (ng_lock) */
+	u16 steppers;		/* CPUs single-stepping on it (ng_lock) */
+	u8 level;		/* PG_LEVEL_4K, PG_LEVEL_2M or PG_LEVEL_1G */
 	bool armed;
 	bool lost;		/* found changed at disarm: not ours any more */
 };
@@ -212,6 +224,8 @@ struct ng_mapping *ng_mapping_alloc(unsigned long virt, phys_addr_t phys,
 int ng_mapping_prepare(struct ng_mapping *m, unsigned long virt, phys_addr_t phys,
 		       unsigned long size);
 void ng_mapping_free(struct ng_mapping *m);
+unsigned long ng_level_size(unsigned int level);
+u64 ng_spare_bytes(void);
 int ng_spares_init(struct ng_filter *f);
 void ng_spares_free(struct ng_filter *f);
 struct ng_mapping *ng_spare_get(struct ng_filter *f);

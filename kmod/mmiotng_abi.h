@@ -25,7 +25,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	5
+#define MMIOTNG_ABI_VERSION	6
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
@@ -125,7 +125,8 @@ enum mmiotng_cmd {
 	X(STAT_ABI_VERSION, U32, REPLY)	/* MMIOTNG_ABI_VERSION of the module */ \
 	X(STAT_STALE, U64, REPLY)	/* armed entries unmapped unseen, left alone */ \
 	X(STAT_PROBES_OFF, U32, REPLY)	/* 1: kprobes are disabled, nothing traced */ \
-	X(STAT_MISSED, U64, REPLY)	/* ioremap/iounmap calls the probes missed */
+	X(STAT_MISSED, U64, REPLY)	/* ioremap/iounmap calls the probes missed */ \
+	X(STAT_SPARE_BYTES, U64, REPLY)	/* bytes the spare mappings take */
 
 #define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
 

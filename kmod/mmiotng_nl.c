@@ -175,7 +175,8 @@ static int ng_put_stats(struct sk_buff *msg)
 	       nla_put_u32(msg, MMIOTNG_A_STAT_ABI_VERSION, MMIOTNG_ABI_VERSION) ||
 	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_STALE, st.stale, MMIOTNG_A_PAD) ||
 	       nla_put_u32(msg, MMIOTNG_A_STAT_PROBES_OFF, ng_probes_were_off()) ||
-	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_MISSED, ng_probes_missed(), MMIOTNG_A_PAD);
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_MISSED, ng_probes_missed(), MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_SPARE_BYTES, ng_spare_bytes(), MMIOTNG_A_PAD);
 }
 
 static int ng_cmd_status(struct sk_buff *skb, struct genl_info *info)

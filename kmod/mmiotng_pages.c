@@ -2,13 +2,13 @@
 /*
  * mmiotng: page-table entries and mappings.
  *
- * Arming a mapping replaces the page-table entries of its pages (4K or 2M)
- * with NG_ARMED_ENTRY, not present, and keeps them; every access then
+ * Arming a mapping replaces the page-table entries of its pages (4K, 2M or
+ * 1G: a PTE, PMD or PUD) with NG_ARMED_ENTRY, not present, and keeps them; every access then
  * faults (mmiotng_fault.c).  Disarming writes the kept entries back, but
  * only over NG_ARMED_ENTRY (cmpxchg): an iounmap the probe did not see
  * (kprobes disabled) cleared the entry, and the range may have a new owner
  * since.  Entries are otherwise changed with the page-table helpers
- * (set_pte_atomic, set_pmd), as the kernel's kmmio does (no paravirt
+ * (set_pte_atomic, set_pmd, set_pud), as the kernel's kmmio does (no paravirt
  * page table: Xen PV is refused at load).
  *
  * Locking in this file:
@@ -117,17 +117,37 @@ void ng_flush_sync(void)
 	}
 }
 
-static unsigned long ng_level_size(unsigned int level)
+/*
+ * A 1G entry is armed as a 2M one is, one level up: the same not-present
+ * value in place of the PUD, no page-table page allocated or freed, nothing
+ * split; so a disarm (or a killed session's) only writes one entry back.
+ * vunmap treats an armed PUD as an armed PMD: none to pud_none(), not huge
+ * to pud_clear_huge() (the iounmap hook disarms before vunmap anyway).
+ */
+unsigned long ng_level_size(unsigned int level)
 {
-	return level == PG_LEVEL_2M ? PMD_SIZE : PAGE_SIZE;
+	switch (level) {
+	case PG_LEVEL_1G:
+		return PUD_SIZE;
+	case PG_LEVEL_2M:
+		return PMD_SIZE;
+	default:
+		return PAGE_SIZE;
+	}
 }
 
 static void ng_set_entry(struct ng_page *pg, pteval_t val)
 {
-	if (pg->level == PG_LEVEL_2M)
+	switch (pg->level) {
+	case PG_LEVEL_1G:
+		set_pud((pud_t *)pg->ptep, __pud(val));
+		break;
+	case PG_LEVEL_2M:
 		set_pmd((pmd_t *)pg->ptep, __pmd(val));
-	else
+		break;
+	default:
 		set_pte_atomic(pg->ptep, __pte(val));
+	}
 }
 
 /*
@@ -138,7 +158,7 @@ static void ng_set_entry(struct ng_page *pg, pteval_t val)
  */
 #define NG_ARMED_ENTRY	((pteval_t)_PAGE_DIRTY)
 
-/* Make one page (4K or 2M) not-present, keeping its entry.  ng_lock held. */
+/* Make one page (4K, 2M or 1G) not-present, keeping its entry.  ng_lock held. */
 void ng_page_arm(struct ng_page *pg)
 {
 	if (pg->armed || pg->lost)
@@ -156,7 +176,7 @@ void ng_page_arm(struct ng_page *pg)
  */
 bool ng_page_disarm(struct ng_page *pg)
 {
-	pteval_t *entry = &pg->ptep->pte;	/* a 2M entry: the same 64 bits */
+	pteval_t *entry = &pg->ptep->pte;	/* a 2M or 1G entry: the same 64 bits */
 	pteval_t old;
 	bool ours;
 
@@ -188,7 +208,7 @@ bool ng_page_disarm(struct ng_page *pg)
  */
 bool ng_page_give_back(struct ng_page *pg)
 {
-	pteval_t *entry = &pg->ptep->pte;	/* a 2M entry: the same 64 bits */
+	pteval_t *entry = &pg->ptep->pte;	/* a 2M or 1G entry: the same 64 bits */
 	pteval_t old = READ_ONCE(*entry);
 
 	WRITE_ONCE(pg->lost, true);
@@ -197,17 +217,29 @@ bool ng_page_give_back(struct ng_page *pg)
 	return READ_ONCE(*entry) & _PAGE_PRESENT;
 }
 
-/* The frame an entry of this level maps (the PAT bit of a 2M entry excluded). */
+/* The frame an entry of this level maps (the PAT bit of a large entry excluded). */
 static unsigned long ng_entry_pfn(pte_t *ptep, unsigned int level)
 {
-	if (level == PG_LEVEL_2M)
+	switch (level) {
+	case PG_LEVEL_1G:
+		return pud_pfn(*(pud_t *)ptep);
+	case PG_LEVEL_2M:
 		return pmd_pfn(*(pmd_t *)ptep);
-	return pte_pfn(*ptep);
+	default:
+		return pte_pfn(*ptep);
+	}
+}
+
+/* Whether an entry of this level at addr is one the helper arms. */
+static bool ng_level_ok(unsigned long addr, unsigned int level)
+{
+	return (level == PG_LEVEL_4K || level == PG_LEVEL_2M || level == PG_LEVEL_1G) &&
+	       IS_ALIGNED(addr, ng_level_size(level));
 }
 
 /*
  * Describe the pages of [base, base + len): every one must be present at
- * the 4K or 2M level and map the physical range the mapping claims.
+ * the 4K, 2M or 1G level and map the physical range the mapping claims.
  * ng_lock held; no entry is changed.
  */
 static int ng_collect_pages(struct ng_mapping *m)
@@ -223,9 +255,7 @@ static int ng_collect_pages(struct ng_mapping *m)
 		ptep = lookup_address(addr, &level);
 		if (!ptep || !pte_present(*ptep))
 			return -EFAULT;
-		if (level != PG_LEVEL_4K && level != PG_LEVEL_2M)
-			return -EOPNOTSUPP;
-		if (level == PG_LEVEL_2M && !IS_ALIGNED(addr, PMD_SIZE))
+		if (!ng_level_ok(addr, level))
 			return -EOPNOTSUPP;
 		if (ng_entry_pfn(ptep, level) != PHYS_PFN(phys_base + (addr - m->base)))
 			return -EINVAL;
@@ -337,7 +367,7 @@ bool ng_overlaps_filter(phys_addr_t phys, unsigned long size)
 	return false;
 }
 
-/* Entries (4K or 2M) that map [base, base + len), or a negative errno. */
+/* Entries (4K, 2M or 1G) that map [base, base + len), or a negative errno. */
 static long ng_count_pages(unsigned long base, unsigned long len)
 {
 	unsigned long addr = base;
@@ -349,7 +379,7 @@ static long ng_count_pages(unsigned long base, unsigned long len)
 		ptep = lookup_address(addr, &level);
 		if (!ptep || !pte_present(*ptep))
 			return -EFAULT;
-		if (level != PG_LEVEL_4K && level != PG_LEVEL_2M)
+		if (level != PG_LEVEL_4K && level != PG_LEVEL_2M && level != PG_LEVEL_1G)
 			return -EOPNOTSUPP;
 		addr = ALIGN_DOWN(addr, ng_level_size(level)) + ng_level_size(level);
 		n++;
@@ -380,7 +410,11 @@ void ng_mapping_free(struct ng_mapping *m)
 	kvfree(m);
 }
 
-/* Describe a mapping in m, whose pages[] must have room.  Any context. */
+/*
+ * Describe a mapping in m: -EFBIG if its pages[] has no room for it (a
+ * spare of a huge BAR's filter, for a mapping of more entries than any
+ * spare has).  Any context.
+ */
 int ng_mapping_prepare(struct ng_mapping *m, unsigned long virt, phys_addr_t phys,
 		       unsigned long size)
 {
@@ -391,7 +425,7 @@ int ng_mapping_prepare(struct ng_mapping *m, unsigned long virt, phys_addr_t phy
 	if (npages < 0)
 		return npages;
 	if (npages > m->capacity)
-		return -E2BIG;
+		return -EFBIG;
 	m->virt = virt;
 	m->phys = phys;
 	m->size = size;
@@ -463,9 +497,12 @@ static void ng_spares_refill(struct work_struct *w)
 /* Before the filter is listed. */
 int ng_spares_init(struct ng_filter *f)
 {
+	size_t most = (NG_SPARE_MAX_BYTES - ng_mapping_bytes(0)) / sizeof(struct ng_page);
 	size_t bytes;
 
-	f->max_pages = f->page_len / PAGE_SIZE + 1;
+	BUILD_BUG_ON(sizeof(struct ng_page) != 32);
+	BUILD_BUG_ON(NR_CPUS > U16_MAX);	/* ng_page.steppers */
+	f->max_pages = min_t(u64, f->page_len / PAGE_SIZE + 1, most);
 	/* what the allocator takes for one: kmalloc rounds up to a power of 2 */
 	bytes = roundup_pow_of_two(ng_mapping_bytes(f->max_pages));
 	f->spares = clamp_t(size_t, NG_SPARE_BYTES / bytes, NG_SPARES_MIN, NG_SPARES_MAX);
@@ -478,6 +515,23 @@ int ng_spares_init(struct ng_filter *f)
 		}
 	}
 	return 0;
+}
+
+/*
+ * Bytes the spare mappings of every filter ask the allocator for (the
+ * STATUS reply: what tracing a range holds beside its armed mappings).
+ */
+u64 ng_spare_bytes(void)
+{
+	struct ng_filter *f;
+	unsigned long flags;
+	u64 bytes = 0;
+
+	ng_lock_irqsave(&flags);
+	list_for_each_entry(f, &ng_filters, node)
+		bytes += (u64)f->nspare * ng_mapping_bytes(f->max_pages);
+	ng_unlock_irqrestore(flags);
+	return bytes;
 }
 
 /* After the filter is unlisted: no probe can take or give back one. */

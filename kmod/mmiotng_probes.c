@@ -161,10 +161,11 @@ static void ng_refuse(unsigned long virt, phys_addr_t phys, unsigned long size, 
 }
 
 /*
- * Arm the new mapping [virt, virt + a->size) in a spare of its filter, or
- * in *extra when the filter has none left (*extra is then used: NULL).
- * -ENOMEM: no spare and no extra; -ENOENT: no filter wants it any more;
- * -EEXIST: ARM_EXISTING armed it meanwhile (traced).  ng_lock held.
+ * Arm the new mapping [virt, virt + a->size) in *extra if there is one
+ * (*extra is then used: NULL), else in a spare of its filter.  -ENOMEM: no
+ * extra and no spare; -EFBIG: it needs more entries than a spare has;
+ * -ENOENT: no filter wants it any more; -EEXIST: ARM_EXISTING armed it
+ * meanwhile (traced).  ng_lock held.
  */
 static int ng_arm_new(unsigned long virt, const struct ng_ioremap_args *a,
 		      struct ng_mapping **extra)
@@ -179,7 +180,7 @@ static int ng_arm_new(unsigned long virt, const struct ng_ioremap_args *a,
 		return -ENOENT;
 	if (ng_overlaps_mapping(base, len))
 		return -EEXIST;
-	m = ng_spare_get(f) ?: *extra;
+	m = *extra ?: ng_spare_get(f);
 	if (!m)
 		return -ENOMEM;
 	ret = ng_mapping_prepare(m, virt, a->phys, a->size);
@@ -219,8 +220,12 @@ static int ng_ioremap_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
 	ng_lock_irqsave(&flags);
 	ret = ng_arm_new(virt, a, &extra);
 	ng_unlock_irqrestore(flags);
-	if (ret == -ENOMEM) {
-		/* again with one of its own (or a spare that came back meanwhile) */
+	if (ret == -ENOMEM || ret == -EFBIG) {
+		/*
+		 * Again with one of its own, of the mapping's size, when the
+		 * spares are used up (or a spare that came back meanwhile) or
+		 * too small for it; without one, the error stays.
+		 */
 		extra = ng_mapping_atomic(virt, a->size);
 		ng_lock_irqsave(&flags);
 		ret = ng_arm_new(virt, a, &extra);

@@ -83,16 +83,18 @@ static unsigned long ng_cur_pcid(void)
 
 /*
  * The present 4K entry that shows the page of addr, from the armed entry
- * pg->saved: a 2M entry gives the frame of addr inside it, and its PAT bit
- * (bit 12) becomes the 4K PAT bit (bit 7, which is PSE in a 2M entry).
+ * pg->saved: a 2M or 1G entry gives the frame of addr inside it, and its
+ * PAT bit (bit 12) becomes the 4K PAT bit (bit 7, which is PSE in a large
+ * entry).
  */
 static pteval_t ng_window_entry(const struct ng_page *pg, unsigned long addr)
 {
 	pteval_t v = pg->saved, flags = v & PTE_FLAGS_MASK;
 	phys_addr_t frame;
 
-	if (pg->level == PG_LEVEL_2M) {
-		frame = (v & PHYSICAL_PMD_PAGE_MASK) + ((addr - pg->addr) & PAGE_MASK);
+	if (pg->level != PG_LEVEL_4K) {
+		frame = (v & PTE_PFN_MASK & ~(phys_addr_t)(ng_level_size(pg->level) - 1)) +
+			((addr - pg->addr) & PAGE_MASK);
 		flags &= ~_PAGE_PSE;
 		if (v & _PAGE_PAT_LARGE)
 			flags |= _PAGE_PAT;

@@ -11,7 +11,7 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_ABI_VERSION: Final = 5
+MMIOTNG_ABI_VERSION: Final = 6
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
@@ -96,7 +96,8 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_STAT_STALE = 16
     MMIOTNG_A_STAT_PROBES_OFF = 17
     MMIOTNG_A_STAT_MISSED = 18
-    MMIOTNG_A_PAD = 19
+    MMIOTNG_A_STAT_SPARE_BYTES = 19
+    MMIOTNG_A_PAD = 20
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -125,6 +126,7 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_STAT_STALE: "uint64",
     MmiotngAttr.MMIOTNG_A_STAT_PROBES_OFF: "uint32",
     MmiotngAttr.MMIOTNG_A_STAT_MISSED: "uint64",
+    MmiotngAttr.MMIOTNG_A_STAT_SPARE_BYTES: "uint64",
     MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 

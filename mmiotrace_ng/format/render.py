@@ -143,7 +143,11 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     16: "it was being unmapped",                            # EBUSY
     22: "its pages map another physical range",            # EINVAL
     7: "its page-table entries changed while it was armed",  # E2BIG
-    95: "its pages are 1 GiB pages, which the helper does not arm",  # EOPNOTSUPP
+    95: "its pages are of a size the helper does not arm",  # EOPNOTSUPP
+    # a new mapping of more page-table entries than the helper keeps ready
+    # (kmod/mmiotng.h, NG_SPARE_MAX_BYTES), and none could be allocated there
+    27: "it has more pages than the helper keeps ready for a new mapping (128 MiB "
+        "or more of 4 KiB pages): map it before the session starts",  # EFBIG
     28: "the helper traces no more ranges at a time",        # ENOSPC
     # an NMI (or a kprobe handler) made an access the helper cannot emulate
     # there, and an NMI cannot be single-stepped: the page was given back

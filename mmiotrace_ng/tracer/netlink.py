@@ -112,6 +112,7 @@ class Status(NamedTuple):
     stale: int         # armed entries an unseen iounmap changed, left alone
     probes_off: int    # 1: kprobes are disabled, the helper traces nothing
     missed: int        # ioremap/iounmap calls its probes missed (said in the trace)
+    spare_bytes: int   # bytes the mappings kept ready for new ioremaps take
 
 
 class HelperSocket:
@@ -180,4 +181,4 @@ class HelperSocket:
         return Status(get("ARMED_PAGES"), get("MAPPINGS"), get("FILTERS"), get("FAULTS"),
                       get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"),
                       get("REFUSED"), get("RETRIED"), get("ABI_VERSION"), get("STALE"),
-                      get("PROBES_OFF"), get("MISSED"))
+                      get("PROBES_OFF"), get("MISSED"), get("SPARE_BYTES"))
