@@ -105,7 +105,7 @@ def test_vagrantfile_in_step_with_tests_run():
     for dev in ("i6300esb", "sdhci-pci"):
         assert f"--qemu '-device {dev}'" in run
         assert _has_qemu_device(vf, dev)
-    for n, size in ((0, "64M"), (1, "1G")):
+    for n, size in ((0, "64M"), (1, "1G"), (2, "8G")):
         backend = f"memory-backend-memfd,id=iv{n},size={size}"
         assert f"-object {backend} -device ivshmem-plain,memdev=iv{n}" in run
         assert f'libvirt.qemuargs value: "{backend}"' in vf

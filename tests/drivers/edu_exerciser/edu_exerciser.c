@@ -1826,11 +1826,13 @@ static const struct file_operations edu_hold_fops = {
 /*
  * For a device that is not edu (bound through
  * /sys/bus/pci/drivers/edu_exerciser/new_id, e.g. QEMU's ivshmem-plain,
- * whose BAR2 is plain memory): writing "BAR CALL" to
- * /sys/kernel/debug/edu_exerciser-<pci name>/map maps the whole BAR with
- * CALL (ioremap, ioremap_wc, ioremap_uc, ioremap_wt, ioremap_cache,
- * pci_iomap_wc), writes a 32-bit pattern at its start, middle and last 8
- * bytes and reads each back (a wrong value: -EIO), then unmaps.  "level"
+ * whose BAR2 is plain memory): writing "BAR CALL [OFFSET LENGTH]" to
+ * /sys/kernel/debug/edu_exerciser-<pci name>/map maps the whole BAR, or
+ * LENGTH bytes of it from OFFSET, with CALL (ioremap, ioremap_wc,
+ * ioremap_uc, ioremap_wt, ioremap_cache, pci_iomap_wc), writes a 32-bit
+ * pattern at the mapping's start, middle and last 8 bytes and reads each
+ * back (a wrong value: -EIO), then unmaps.  The pattern at BAR offset o is
+ * 0x5a000000 | i << 16 | (o >> 12 & 0xffff) for the i-th of them.  "level"
  * says which page-table level the kernel mapped its start with: 1 (4K),
  * 2 (2M) or 3 (1G).  Writing "BAR SRC DST" to "movs" maps the whole BAR
  * (ioremap) and makes one movsl from BAR + SRC to BAR + DST (e.g. from a
@@ -1844,10 +1846,10 @@ struct edu_any {
 	u32 poked;		/* the value the last "poke" read back */
 };
 
-static void __iomem *edu_any_map(struct pci_dev *pdev, int bar, const char *call)
+static void __iomem *edu_any_map(struct pci_dev *pdev, int bar, const char *call,
+				 u64 off, u64 len)
 {
-	resource_size_t start = pci_resource_start(pdev, bar);
-	resource_size_t len = pci_resource_len(pdev, bar);
+	resource_size_t start = pci_resource_start(pdev, bar) + off;
 
 	if (!strcmp(call, "ioremap"))
 		return ioremap(start, len);
@@ -1860,7 +1862,7 @@ static void __iomem *edu_any_map(struct pci_dev *pdev, int bar, const char *call
 	if (!strcmp(call, "ioremap_cache"))
 		return (void __iomem *)ioremap_cache(start, len);
 	if (!strcmp(call, "pci_iomap_wc"))
-		return pci_iomap_wc(pdev, bar, 0);
+		return pci_iomap_wc_range(pdev, bar, off, len);
 	return ERR_PTR(-EINVAL);
 }
 
@@ -1868,24 +1870,27 @@ static ssize_t edu_any_write(struct file *file, const char __user *ubuf,
 			     size_t len, loff_t *ppos)
 {
 	struct edu_any *any = file->private_data;
-	resource_size_t size, offs[3];
 	char cmd[EDU_CMD_MAX], call[EDU_CMD_MAX];
+	u64 off = 0, size, offs[3];
 	void __iomem *p;
 	unsigned int lvl;
-	int ret;
+	int ret, n;
 	int bar, i, bad = 0;
 
 	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
 	if (ret)
 		return ret;
-	if (sscanf(cmd, "%d %63s", &bar, call) != 2 || bar < 0 || bar >= PCI_STD_NUM_BARS ||
+	n = sscanf(cmd, "%d %63s %lli %lli", &bar, call, &off, &size);
+	if ((n != 2 && n != 4) || bar < 0 || bar >= PCI_STD_NUM_BARS ||
 	    !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
 		return -EINVAL;
-	size = pci_resource_len(any->pdev, bar);
-	if (size < 16)
+	if (n == 2)
+		size = pci_resource_len(any->pdev, bar);
+	if (size < 16 || off > pci_resource_len(any->pdev, bar) ||
+	    size > pci_resource_len(any->pdev, bar) - off)
 		return -EINVAL;
 	mutex_lock(&any->lock);
-	p = edu_any_map(any->pdev, bar, call);
+	p = edu_any_map(any->pdev, bar, call, off, size);
 	if (IS_ERR_OR_NULL(p)) {
 		mutex_unlock(&any->lock);
 		return p ? PTR_ERR(p) : -ENOMEM;
@@ -1895,7 +1900,7 @@ static ssize_t edu_any_write(struct file *file, const char __user *ubuf,
 	offs[1] = (size / 2) & ~7ULL;
 	offs[2] = size - 8;
 	for (i = 0; i < 3; i++) {
-		u32 v = 0x5a000000 | (i << 16) | (u32)(offs[i] >> 12);
+		u32 v = 0x5a000000 | (i << 16) | (u32)((off + offs[i]) >> 12 & 0xffff);
 
 		writel(v, p + offs[i]);
 		if (readl(p + offs[i]) != v)
