@@ -116,7 +116,7 @@ struct ng_page {
 	pte_t *ptep;
 	unsigned long addr;
 	pteval_t saved;		/* the entry before arming */
-	u16 steppers;		/* CPUs single-stepping on it (ng_lock) */
+	u32 steppers;		/* CPUs single-stepping on it (ng_lock) */
 	u8 level;		/* PG_LEVEL_4K, PG_LEVEL_2M or PG_LEVEL_1G */
 	bool armed;
 	bool lost;		/* found changed at disarm: not ours any more */

@@ -501,7 +501,6 @@ int ng_spares_init(struct ng_filter *f)
 	size_t bytes;
 
 	BUILD_BUG_ON(sizeof(struct ng_page) != 32);
-	BUILD_BUG_ON(NR_CPUS > U16_MAX);	/* ng_page.steppers */
 	f->max_pages = min_t(u64, f->page_len / PAGE_SIZE + 1, most);
 	/* what the allocator takes for one: kmalloc rounds up to a power of 2 */
 	bytes = roundup_pow_of_two(ng_mapping_bytes(f->max_pages));
