@@ -22,6 +22,7 @@ variable CI is set (CI must install them) and is skipped otherwise.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 from ng_require import required
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,9 +123,37 @@ def test_vagrantfile_in_step_with_tests_run():
     assert ('.venv/bin/python -m pytest -v -p no:cacheprovider --durations=25 '
             '${sel:+-m "$sel"} tests/guest'
             in vf)
-    assert 'sel="not second_boot and not oops"' in vf
-    assert ('[ "$NGVM_ACCEL" = tcg-multi ] && '
-            'sel="not single_tcg and not second_boot and not oops"' in vf)
+    # the box's four boots select what tests/run's four guests do
+    boots = dict((name, (cmdline, sel)) for name, cmdline, sel in re.findall(
+        r'^  "(\w+)" => \{ cmdline: "([^"]*)", select: "([^"]*)" \},$', vf, re.M))
+    assert set(boots) == {"main", "second", "signed", "integrity"}, boots
+    assert 'main,tcg-*) sel="$sel and not single_tcg" ;;' in vf
+    assert 'second,tcg-single) sel="$sel or single_tcg" ;;' in vf
+    run_sel = re.findall(r"pytest -v -p no:cacheprovider (?:--durations=25 )?-m '([^']+)' "
+                         r"tests/guest", run)
+    assert len(run_sel) == 2, run_sel
+    markers = ("single_tcg", "second_boot", "oops")
+    combos = [frozenset(m for m, on in zip(markers, bits, strict=True) if on)
+              for bits in itertools.product((0, 1), repeat=len(markers))]
+
+    def chosen(sel: str) -> set[frozenset]:
+        expr = Expression.compile(sel)
+        return {c for c in combos if expr.evaluate(lambda m, c=c: m in c)}
+
+    assert chosen(boots["main"][1] + " and not single_tcg") == chosen(run_sel[0])
+    assert chosen(boots["second"][1] + " or single_tcg") == chosen(run_sel[1])
+    # under KVM the main boot runs the single_tcg tests: nothing is left out
+    assert chosen(boots["main"][1]) | chosen(boots["second"][1]) == set(combos)
+    assert boots["signed"] == ("module.sig_enforce=1", "")
+    assert boots["integrity"] == ("lockdown=integrity", "")
+    assert '--append "module.sig_enforce=1 ngvm.bpfcache=$BPFCACHE"' in run
+    assert '--append "lockdown=integrity ngvm.bpfcache=$BPFCACHE"' in run
+    suite = (VAGRANT_DIR / "run-suite").read_text()
+    for step in ("run_boot_tests main", 'reboot_with "" single',
+                 "NGVM_TCG_THREAD=single run_boot_tests second",
+                 'reboot_with "module.sig_enforce=1"', "run_boot_tests signed",
+                 'reboot_with "lockdown=integrity"', "run_boot_tests integrity"):
+        assert f"\n    {step}\n" in suite or f"\n{step}\n" in suite, step
 
 
 def _assigned_words(script: str, var: str) -> set[str]:
@@ -208,14 +238,14 @@ def run_suite_with(tmp_path: Path, plugin: bool) -> tuple[subprocess.CompletedPr
     text = (VAGRANT_DIR / "run-suite").read_text()
     pairs = re.findall(r"^    ([\w.-]+):([\w.-]+)$", text, re.M)
     assert ("dnsmasq", "dnsmasq-base") in pairs and ("vagrant", "vagrant") in pairs
-    path = f"{bin_}:/usr/sbin:/sbin"
     want = [f"run-suite: {cmd} is missing (Debian package {pkg})" for cmd, pkg in pairs
-            if shutil.which(cmd, path=path) is None]
+            if shutil.which(cmd, path=str(bin_)) is None]
     if not plugin:
         want.append("run-suite: vagrant's libvirt provider is missing (Debian package "
                     "vagrant-libvirt)")
     res = subprocess.run([str(bin_ / "bash"), str(VAGRANT_DIR / "run-suite"), "-k", "x"],
-                         env={"PATH": str(bin_), "NGVM_LOG_DIR": str(tmp_path / "log")},
+                         env={"PATH": str(bin_), "NGVM_LOG_DIR": str(tmp_path / "log"),
+                              "NGVM_SBIN": str(tmp_path / "sbin")},
                          capture_output=True, text=True, timeout=60)
     return res, want
 
@@ -237,3 +267,82 @@ def test_run_suite_names_each_missing_prerequisite_and_its_package(tmp_path, plu
     # the README gives the same list
     readme = (VAGRANT_DIR / "README.md").read_text()
     assert f"apt-get install --no-install-recommends {packages}" in " ".join(readme.split())
+
+
+STUB_VIRSH = r"""#!/bin/bash
+# virsh with a default network and pool in the states of $STATE/{net,pool}
+# ("none", "inactive" or "active"); each call is logged in $STATE/calls
+echo "$*" >>"$STATE/calls"
+while [ "${1:-}" = -q ] || [ "${1:-}" = -c ]; do [ "$1" = -c ] && shift; shift; done
+net=$(cat "$STATE/net") pool=$(cat "$STATE/pool")
+case "$1" in
+    version) echo "Compiled against library: libvirt 9.0.0" ;;
+    net-info) [ "$net" = none ] && exit 1
+              [ "$net" = active ] && echo "Active:         yes" || echo "Active:         no" ;;
+    net-define) echo inactive >"$STATE/net" ;;
+    net-start) [ "$net" = inactive ] || exit 1; echo active >"$STATE/net" ;;
+    pool-info) [ "$pool" = none ] && exit 1
+               [ "$pool" = active ] && echo "State:          running" ||
+                   echo "State:          inactive" ;;
+    pool-define-as) [ "$pool" = none ] || { echo "pool 'default' already exists" >&2; exit 1; }
+                    echo inactive >"$STATE/pool" ;;
+    pool-build) ;;
+    pool-start) [ "$pool" = inactive ] || exit 1; echo active >"$STATE/pool" ;;
+    net-autostart | pool-autostart) ;;
+    *) exit 1 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("net,pool", [("active", "inactive"), ("none", "none"),
+                                      ("inactive", "active")])
+def test_run_suite_starts_the_default_network_and_pool(tmp_path, net, pool):
+    """With libvirt stubbed (every prerequisite present, a virsh that keeps
+    the default network's and pool's states): a pool that exists but is
+    inactive is started, not defined again (vagrant-libvirt's "pool
+    'default' already exists"); a missing one is defined, built and started;
+    the same for the network; both are marked for autostart and running
+    before `vagrant up`, which fails here (exit 125)."""
+    bin_, state = tmp_path / "bin", tmp_path / "state"
+    bin_.mkdir()
+    state.mkdir()
+    (state / "net").write_text(net + "\n")
+    (state / "pool").write_text(pool + "\n")
+    for tool in ("bash", "dirname", "mkdir", "grep", "cat", "seq", "sleep", "tee", "sed"):
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    stubs = {
+        "vagrant": "#!/bin/bash\necho \"vagrant $*\" >>\"$STATE/calls\"\n"
+                   "case \"$1 ${2:-}\" in\n"
+                   "'plugin list') echo 'vagrant-libvirt (0.11.2, system)';;\n"
+                   "up*) echo 'up failed here' >&2; exit 1;; esac\n",
+        "virsh": STUB_VIRSH,
+        "pgrep": "#!/bin/bash\nexit 0\n",     # virtlogd runs
+    }
+    text = (VAGRANT_DIR / "run-suite").read_text()
+    for cmd, _pkg in re.findall(r"^    ([\w.-]+):([\w.-]+)$", text, re.M):
+        stubs.setdefault(cmd, "#!/bin/sh\nexit 0\n")
+    for name, body in stubs.items():
+        (bin_ / name).write_text(body)
+        (bin_ / name).chmod(0o755)
+    res = subprocess.run([str(bin_ / "bash"), str(VAGRANT_DIR / "run-suite")],
+                         env={"PATH": str(bin_), "NGVM_LOG_DIR": str(tmp_path / "log"),
+                              "NGVM_SBIN": str(tmp_path / "sbin"), "STATE": str(state),
+                              "NGVM_DRIVER": "kvm"},
+                         capture_output=True, text=True, timeout=60)
+    calls = [c.removeprefix("-q -c qemu:///system ")
+             for c in (state / "calls").read_text().splitlines()]
+    assert res.returncode == 125, res.stderr
+    assert "run-suite: vagrant up: exit status 1" in res.stderr, res.stderr
+    assert (state / "net").read_text().strip() == "active"
+    assert (state / "pool").read_text().strip() == "active"
+    assert ("net-define /usr/share/libvirt/networks/default.xml" in calls) == (net == "none")
+    assert ("net-start default" in calls) == (net != "active")
+    assert (any(c.startswith("pool-define-as default") for c in calls)) == (pool == "none")
+    assert ("pool-start default" in calls) == (pool != "active")
+    assert "net-autostart default" in calls and "pool-autostart default" in calls
+    up = calls.index("vagrant up --no-tty --provider=libvirt")
+    assert calls.index("pool-autostart default") < up, calls
+    said = {"inactive": "run-suite: starting libvirt's default storage pool",
+            "none": "run-suite: defining libvirt's default storage pool"}
+    if pool in said:
+        assert said[pool] in res.stderr, res.stderr
