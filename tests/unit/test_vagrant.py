@@ -277,13 +277,20 @@ while [ "${1:-}" = -q ] || [ "${1:-}" = -c ]; do [ "$1" = -c ] && shift; shift; 
 net=$(cat "$STATE/net") pool=$(cat "$STATE/pool")
 case "$1" in
     version) echo "Compiled against library: libvirt 9.0.0" ;;
+    # the lines after the state come a moment later, as from a real virsh:
+    # a reader that leaves at the state's line makes this one's next write
+    # fail (SIGPIPE)
     net-info) [ "$net" = none ] && exit 1
-              [ "$net" = active ] && echo "Active:         yes" || echo "Active:         no" ;;
+              echo "Name:           default"
+              [ "$net" = active ] && echo "Active:         yes" || echo "Active:         no"
+              sleep 0.2; echo "Persistent:     yes"; echo "Autostart:      no" ;;
     net-define) echo inactive >"$STATE/net" ;;
     net-start) [ "$net" = inactive ] || exit 1; echo active >"$STATE/net" ;;
     pool-info) [ "$pool" = none ] && exit 1
+               echo "Name:           default"
                [ "$pool" = active ] && echo "State:          running" ||
-                   echo "State:          inactive" ;;
+                   echo "State:          inactive"
+               sleep 0.2; echo "Persistent:     yes"; echo "Autostart:      no" ;;
     pool-define-as) [ "$pool" = none ] || { echo "pool 'default' already exists" >&2; exit 1; }
                     echo inactive >"$STATE/pool" ;;
     pool-build) ;;
@@ -313,7 +320,8 @@ def test_run_suite_starts_the_default_network_and_pool(tmp_path, net, pool):
     stubs = {
         "vagrant": "#!/bin/bash\necho \"vagrant $*\" >>\"$STATE/calls\"\n"
                    "case \"$1 ${2:-}\" in\n"
-                   "'plugin list') echo 'vagrant-libvirt (0.11.2, system)';;\n"
+                   "'plugin list') echo 'vagrant-libvirt (0.11.2, system)'; sleep 0.2\n"
+                   "  echo 'vagrant-share (2.0.0, system)';;\n"
                    "up*) echo 'up failed here' >&2; exit 1;; esac\n",
         "virsh": STUB_VIRSH,
         "pgrep": "#!/bin/bash\nexit 0\n",     # virtlogd runs
