@@ -100,8 +100,13 @@ if [ -n "$DISTRO" ]; then
     env -u PYTHONPATH "$installed/bin/pip" install -q --no-index --no-deps "$dist"/mmiotrace_ng-*.whl \
         >/dev/null
 else
-    pyroute2=$("$py" -c 'import importlib.metadata as m; print(m.version("pyroute2"))')
-    "$py" -m pip download -q --no-deps -d "$dist" "pyroute2==$pyroute2" >/dev/null
+    # the distribution's pyroute2 (python3-pyroute2, which that venv sees)
+    # satisfies the wheel; without it, the one .venv has, from PyPI (a box
+    # of vagrant/make-box has no PyPI, and Debian's package)
+    if ! /usr/bin/python3 -c 'import pyroute2' 2>/dev/null; then
+        pyroute2=$("$py" -c 'import importlib.metadata as m; print(m.version("pyroute2"))')
+        "$py" -m pip download -q --no-deps -d "$dist" "pyroute2==$pyroute2" >/dev/null
+    fi
     "$installed/bin/pip" install -q --no-index --find-links "$dist" mmiotrace-ng >/dev/null
 fi
 [ -x "$installed/bin/mmiotrace-ng" ] || { log "the wheel was not installed into $installed"; exit 2; }
