@@ -15,6 +15,12 @@
  * first.  A full queue counts them, and the next record that goes out from
  * this CPU says how many were lost.
  *
+ * The tracepoints are hit with interrupts off at level 0 too: the irq_work
+ * that empties the queues traces from an interrupt, and had it interrupted
+ * the same tracepoint's BPF program on this CPU (a MAP record's, in the
+ * ioremap probe), BPF would skip the nested run as a recursion: the record
+ * (a page given up in an NMI) lost without a word.
+ *
  * Locking: a queue is filled only at its level (one context at a time: a
  * context is interrupted only by deeper ones) and emptied only at level 0
  * with interrupts off (the irq_work, the fault path), which the filling
@@ -97,11 +103,13 @@ static void ng_defer_map(const struct mmiotng_map *ev, unsigned int level)
  */
 static DEFINE_PER_CPU(unsigned int, ng_lost_unsaid);
 
+/* Level 0, interrupts off (the fault path, the irq_work). */
 static void ng_trace(const struct mmiotng_access *a)
 {
 	unsigned int lost = this_cpu_read(ng_lost_unsaid);
 	struct mmiotng_access r;
 
+	lockdep_assert_irqs_disabled();
 	if (!lost) {
 		trace_mmiotng_access(a);
 		return;
@@ -110,6 +118,16 @@ static void ng_trace(const struct mmiotng_access *a)
 	r.lost = min_t(unsigned int, lost, U16_MAX);
 	this_cpu_sub(ng_lost_unsaid, r.lost);
 	trace_mmiotng_access(&r);
+}
+
+/* A MAP (or NOT traced) event at level 0: interrupts off while it is traced. */
+static void ng_trace_map(const struct mmiotng_map *ev)
+{
+	unsigned long flags;
+
+	local_irq_save(flags);
+	trace_mmiotng_map(ev);
+	local_irq_restore(flags);
 }
 
 /* Trace what NMI-like contexts queued on this CPU; level 0, interrupts off. */
@@ -126,7 +144,7 @@ static void ng_report_deferred(void)
 
 			/* copied before the slot is given back */
 			smp_store_release(&q[i].map_tail, q[i].map_tail + 1);
-			trace_mmiotng_map(&ev);
+			ng_trace_map(&ev);
 		}
 		lost = READ_ONCE(q[i].lost) - q[i].lost_said;
 		if (lost) {
@@ -196,7 +214,7 @@ void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int
 		.virt = virt, .phys = phys, .size = size, .err = err,
 	};
 
-	trace_mmiotng_map(&ev);
+	ng_trace_map(&ev);
 }
 
 /* A page given up at this level (ng_untrap): deferred above level 0. */
@@ -205,7 +223,7 @@ void ng_report_unarmed(const struct mmiotng_map *ev, unsigned int level)
 	if (level && level < NG_LEVELS)
 		ng_defer_map(ev, level);
 	else
-		trace_mmiotng_map(ev);
+		ng_trace_map(ev);
 }
 
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
