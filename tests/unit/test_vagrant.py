@@ -354,3 +354,27 @@ def test_run_suite_starts_the_default_network_and_pool(tmp_path, net, pool):
             "none": "run-suite: defining libvirt's default storage pool"}
     if pool in said:
         assert said[pool] in res.stderr, res.stderr
+
+
+def test_run_suite_adds_up_every_summary_line_of_each_boot(tmp_path):
+    """The totals count pytest's -v summary lines and -q's (the host tests
+    of the main boot and of the recordings), deselected ones not at all."""
+    text = (VAGRANT_DIR / "run-suite").read_text()
+    func = re.search(r"^declare -A COUNTS=\(\)\nadd_counts\(\) \{\n.*?^\}$", text, re.M | re.S)
+    assert func, "no add_counts() in run-suite"
+    logs = {
+        "main": "    default: 5 passed in 397.59s (0:06:37)\n"
+                "    default: ===== 250 passed, 11 deselected in 1226.25s (0:20:26) =====\n"
+                "    default: 10 passed, 1 deselected in 114.96s (0:01:54)\n"
+                "    default: tests/guest/test_x.py::test_passed_in_1s PASSED [ 5%]\n",
+        "second": "    default: ===== 4 passed, 1 failed, 256 deselected in 98.63s =====\n"
+                  "    default: 1 passed, 10 deselected in 3.97s\n",
+        "signed": "    default: ===== 3 passed, 258 deselected in 4.93s =====\n",
+    }
+    for name, body in logs.items():
+        (tmp_path / name).write_text(body)
+    script = (func[0] + "\n" + "".join(f"add_counts {tmp_path / n}\n" for n in logs)
+              + 'for w in "${!COUNTS[@]}"; do echo "$w ${COUNTS[$w]}"; done\n')
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    got = dict(line.split() for line in res.stdout.splitlines())
+    assert got == {"passed": str(5 + 250 + 10 + 4 + 1 + 3), "failed": "1"}, got
