@@ -3,13 +3,13 @@
  * mmiotng: page-table entries and mappings.
  *
  * Arming a mapping replaces the page-table entries of its pages (4K, 2M or
- * 1G: a PTE, PMD or PUD) with NG_ARMED_ENTRY, not present, and keeps them; every access then
- * faults (mmiotng_fault.c).  Disarming writes the kept entries back, but
+ * 1G: a PTE, PMD or PUD) with NG_ARMED_ENTRY, not present, and keeps them;
+ * every access then faults (mmiotng_fault.c).  Disarming writes the kept entries back, but
  * only over NG_ARMED_ENTRY (cmpxchg): an iounmap the probe did not see
  * (kprobes disabled) cleared the entry, and the range may have a new owner
  * since.  Entries are otherwise changed with the page-table helpers
- * (set_pte_atomic, set_pmd, set_pud), as the kernel's kmmio does (no paravirt
- * page table: Xen PV is refused at load).
+ * (set_pte_atomic, set_pmd, set_pud), as the kernel's kmmio does (no
+ * paravirt page table: Xen PV is refused at load).
  *
  * Locking in this file:
  *  - Every function that changes an entry, an ng_page or the mapping list
@@ -230,11 +230,16 @@ static unsigned long ng_entry_pfn(pte_t *ptep, unsigned int level)
 	}
 }
 
+/* Whether the helper arms entries of this level (ng_level_size knows them). */
+static bool ng_level_known(unsigned int level)
+{
+	return level == PG_LEVEL_4K || level == PG_LEVEL_2M || level == PG_LEVEL_1G;
+}
+
 /* Whether an entry of this level at addr is one the helper arms. */
 static bool ng_level_ok(unsigned long addr, unsigned int level)
 {
-	return (level == PG_LEVEL_4K || level == PG_LEVEL_2M || level == PG_LEVEL_1G) &&
-	       IS_ALIGNED(addr, ng_level_size(level));
+	return ng_level_known(level) && IS_ALIGNED(addr, ng_level_size(level));
 }
 
 /*
@@ -379,7 +384,7 @@ static long ng_count_pages(unsigned long base, unsigned long len)
 		ptep = lookup_address(addr, &level);
 		if (!ptep || !pte_present(*ptep))
 			return -EFAULT;
-		if (level != PG_LEVEL_4K && level != PG_LEVEL_2M && level != PG_LEVEL_1G)
+		if (!ng_level_known(level))
 			return -EOPNOTSUPP;
 		addr = ALIGN_DOWN(addr, ng_level_size(level)) + ng_level_size(level);
 		n++;
