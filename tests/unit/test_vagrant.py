@@ -360,7 +360,8 @@ def test_run_suite_adds_up_every_summary_line_of_each_boot(tmp_path):
     """The totals count pytest's -v summary lines and -q's (the host tests
     of the main boot and of the recordings), deselected ones not at all."""
     text = (VAGRANT_DIR / "run-suite").read_text()
-    func = re.search(r"^declare -A COUNTS=\(\)\nadd_counts\(\) \{\n.*?^\}$", text, re.M | re.S)
+    func = re.search(r"^summary_lines\(\) \{\n.*?^\}$.*?^add_counts\(\) \{\n.*?^\}$", text,
+                     re.M | re.S)
     assert func, "no add_counts() in run-suite"
     logs = {
         "main": "    default: 5 passed in 397.59s (0:06:37)\n"
