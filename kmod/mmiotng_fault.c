@@ -272,8 +272,18 @@ static const struct ng_mem_ops ng_emu_ops = {
 	.write = ng_emu_write,
 };
 
-/* Elements of a rep string instruction emulated per fault (IRQs are off). */
-#define NG_REP_CHUNK	256
+/*
+ * Elements of a rep string instruction emulated per fault: the fault runs
+ * with interrupts off, so a blit of any length lets interrupts, the
+ * tracer's reader and other tasks in between chunks (the instruction
+ * faults again where it stopped).  Read once per fault; any value written
+ * to the parameter is clamped to 1..NG_REP_CHUNK_MAX.
+ */
+#define NG_REP_CHUNK_MAX	4096
+static unsigned int rep_chunk = 64;
+module_param(rep_chunk, uint, 0644);
+MODULE_PARM_DESC(rep_chunk,
+		 "elements of a rep movs/stos emulated per fault, interrupts off (1-4096, default 64)");
 
 enum ng_emu_result { NG_EMULATED, NG_MUST_STEP, NG_NEEDS_USER_PAGE };
 
@@ -305,7 +315,8 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	struct ng_user_page *u;
 	int ret;
 
-	ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c, NG_REP_CHUNK);
+	ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c,
+			 clamp_val(READ_ONCE(rep_chunk), 1, NG_REP_CHUNK_MAX));
 	if (c.pending) {
 		/* the load is done and its register set: report it now */
 		ng_fill_compat(&c.acc, bytes, nbytes, regs);
