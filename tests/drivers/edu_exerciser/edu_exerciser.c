@@ -71,6 +71,7 @@
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
 #include <linux/seq_file.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
@@ -1837,6 +1838,8 @@ static const struct file_operations edu_hold_fops = {
  * 2 (2M) or 3 (1G).  Writing "BAR SRC DST" to "movs" maps the whole BAR
  * (ioremap) and makes one movsl from BAR + SRC to BAR + DST (e.g. from a
  * register that clears when read: a second read would copy another value).
+ * Writing "BAR BYTES" to "blit" copies BYTES into the BAR with one
+ * memcpy_toio (edu_any_blit_write).
  */
 struct edu_any {
 	struct pci_dev *pdev;
@@ -2007,6 +2010,60 @@ static ssize_t edu_any_poke_write(struct file *file, const char __user *ubuf,
 	return got == val ? len : -EIO;
 }
 
+/*
+ * "blit": "BAR BYTES" maps the first BYTES of the BAR write-combining (as
+ * a GPU driver maps VRAM) and copies BYTES there with one memcpy_toio
+ * from a buffer whose 32-bit word at BAR offset 4k is
+ * EDU_BLIT_WORD(k): rep movsl, BYTES / 4 stores in one instruction.
+ */
+#define EDU_BLIT_WORD(k)	((u32)(0x9e3779b1U * ((u32)(k) + 1)))
+
+static ssize_t edu_any_blit_write(struct file *file, const char __user *ubuf,
+				  size_t len, loff_t *ppos)
+{
+	struct edu_any *any = file->private_data;
+	char cmd[EDU_CMD_MAX];
+	unsigned long bytes, k;
+	void __iomem *p;
+	u32 *buf;
+	int ret;
+	int bar;
+
+	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
+	if (ret)
+		return ret;
+	if (sscanf(cmd, "%d %li", &bar, &bytes) != 2 || bar < 0 ||
+	    bar >= PCI_STD_NUM_BARS || !(pci_resource_flags(any->pdev, bar) & IORESOURCE_MEM))
+		return -EINVAL;
+	if (!bytes || bytes & 3 || bytes > pci_resource_len(any->pdev, bar) ||
+	    bytes > SZ_256M)
+		return -EINVAL;
+	buf = kvmalloc(bytes, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	for (k = 0; k < bytes / 4; k++)
+		buf[k] = EDU_BLIT_WORD(k);
+	mutex_lock(&any->lock);
+	p = ioremap_wc(pci_resource_start(any->pdev, bar), bytes);
+	if (!p) {
+		mutex_unlock(&any->lock);
+		kvfree(buf);
+		return -ENOMEM;
+	}
+	memcpy_toio(p, buf, bytes);
+	iounmap(p);
+	mutex_unlock(&any->lock);
+	kvfree(buf);
+	return len;
+}
+
+static const struct file_operations edu_any_blit_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = edu_any_blit_write,
+	.llseek = default_llseek,
+};
+
 static const struct file_operations edu_any_poke_fops = {
 	.owner = THIS_MODULE,
 	.open = simple_open,
@@ -2037,6 +2094,7 @@ static int edu_any_probe(struct pci_dev *pdev)
 	debugfs_create_file("map", 0200, any->dir, any, &edu_any_fops);
 	debugfs_create_file("movs", 0200, any->dir, any, &edu_any_movs_fops);
 	debugfs_create_file("poke", 0200, any->dir, any, &edu_any_poke_fops);
+	debugfs_create_file("blit", 0200, any->dir, any, &edu_any_blit_fops);
 	debugfs_create_u32("level", 0444, any->dir, &any->level);
 	debugfs_create_x32("poked", 0444, any->dir, &any->poked);
 	pci_set_drvdata(pdev, any);
