@@ -42,6 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers" / "edu_ex
 import scenarios as sc  # noqa: E402
 
 LOOP_COUNT = 10
+# cloop's bytes: 777 movsl stores in one rep movsl, more than three of the
+# helper's chunks at any rep_chunk up to 256 (it emulates at most that
+# many elements per fault), then both tails
+CLOOP_BYTES = 4 * 777 + 3
 SMP_N = 100_000
 CPU_ONLINE = Path("/sys/devices/system/cpu/online")
 # The burst needs two CPUs, which the kernel's tracer does not leave online.
@@ -49,6 +53,8 @@ COMPARED = [n for n in sc.NAMES if n != "burst"]
 
 
 def count_for(name: str) -> int | None:
+    if name == "cloop":
+        return CLOOP_BYTES
     return LOOP_COUNT if name in sc.COUNTED else None
 
 
@@ -98,6 +104,27 @@ def test_scenario_matches_truth(name, edu, ng):
     text = ng.section(lambda: edu.run(name, count))
     assert to_records(text, edu.bar0[0]) == decoded(name, count)
     assert CPU_ONLINE.read_text() == ng.online_before
+
+
+REP_CHUNK = Path("/sys/module/mmiotng/parameters/rep_chunk")
+
+
+@pytest.mark.parametrize(("chunk", "used"), [(0, 1), (5, 5), (1_000_000, 4096)])
+def test_rep_chunk_bounds_the_elements_per_fault(edu, ng, chunk, used):
+    """cloop's rep movsl of 777 stores takes one fault per rep_chunk
+    elements (the parameter clamped to 1..4096), and a fault each for the
+    movsw and movsb tails; its records are the same whatever the chunk."""
+    stores = CLOOP_BYTES // 4
+    before = REP_CHUNK.read_text()
+    REP_CHUNK.write_text(f"{chunk}\n")
+    try:
+        faults = helper_status()["faults"]
+        text = ng.section(lambda: edu.run("cloop", CLOOP_BYTES))
+        faults = helper_status()["faults"] - faults
+    finally:
+        REP_CHUNK.write_text(before)
+    assert to_records(text, edu.bar0[0]) == decoded("cloop", CLOOP_BYTES)
+    assert faults == -(-stores // used) + 2
 
 
 def test_header_matches_kernel(kernel_refs, ng):
