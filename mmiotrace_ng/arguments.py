@@ -52,7 +52,7 @@ RECORD_DESCRIPTION = (
     "the drain is a copy, so a sustained rate of accesses is kept whole where text "
     "would fall behind.  The file keeps the machine's symbols and modules for "
     "annotate.  Print it with: mmiotrace-ng report FILE.")
-RECORD_BUFFER_KB = 65536    # record's default: what one instruction makes must fit
+RECORD_BUFFER_KB = 65536    # record's default: a 3.2 MB blit when no reader runs beside it
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -156,9 +156,10 @@ def trace_parser() -> argparse.ArgumentParser:
 
 def record_setup(ap: argparse.ArgumentParser) -> None:
     add_selection_options(ap)
-    # One rep movs (a memcpy_toio blit) is emulated in one trap and makes a
-    # record per element before any reader can run: 64 MiB hold 838000 of
-    # them, a blit of 3.2 MB.
+    # A rep movs (a memcpy_toio blit) makes a record per element; the reader
+    # drains them from another CPU as they come (the helper emulates a few
+    # elements per fault), but where it shares the blit's CPU it runs only
+    # after the instruction: 64 MiB hold 838000 records, a blit of 3.2 MB.
     ap.set_defaults(buffer_size_kb=RECORD_BUFFER_KB)
     ap.add_argument("-o", "--output", metavar="FILE", required=True,
                     help="the recording to write (read it with: mmiotrace-ng report FILE)")
