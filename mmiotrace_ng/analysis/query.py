@@ -131,10 +131,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--before and --between do not go together")
     if args.limit is not None and args.limit < 0:
         raise UsageError("--limit takes a number of rows, 0 or more")
+    # a directory without an export's files is refused as every reader does
     exported = os.path.isdir(args.file) and table_files(args.file) is not None
-    if os.path.isdir(args.file) and not exported:
-        raise UsageError(f"{args.file} is a directory without the records.parquet of "
-                         "export --parquet")
     trace = None if exported else open_trace(args.file)
     require("query", ("duckdb",) if exported else ("duckdb", "pyarrow", "numpy"))
     sql = args.sql if args.sql is not None else NAMED[args.named or "records"]
