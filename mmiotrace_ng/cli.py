@@ -210,9 +210,15 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                "Print a trace (text or recorded) as a readable listing: register names and "
                "fields from a register map, callers, time deltas, polling loops folded.",
                *_lazy("analysis.annotate")),
-    Subcommand("export", "a trace as Chrome trace-event JSON (Perfetto)",
+    Subcommand("export", "a trace as Chrome trace-event JSON or Parquet tables",
                "Write a trace (text or recorded) in the Chrome trace-event format that "
-               "Perfetto's UI and chrome://tracing open.", *_lazy("analysis.export")),
+               "Perfetto's UI and chrome://tracing open, or as Parquet tables that SQL "
+               "engines read (DuckDB, Spark, Trino).", *_lazy("analysis.export")),
+    Subcommand("query", "SQL over a trace's tables (DuckDB)",
+               "Run SQL over a trace (text or recorded, converted on the fly) or over the "
+               "Parquet tables export --parquet wrote, with DuckDB embedded: the tables "
+               "records, devices and mappings; named queries for the common questions.",
+               *_lazy("analysis.query")),
     Subcommand("plot", "draw registers against time (PNG, matplotlib)",
                "Draw the accesses of a trace (text or recorded): register against time, "
                "reads and writes in two colours, MARK lines as labelled verticals.",

@@ -137,14 +137,14 @@ def _recorded(trace: Trace) -> Iterator[Event]:
             pos, raw = nxt
             if raw is None:
                 continue
-            for ev in _record_events(raw):
+            for ev in record_events(raw):
                 last = ev.ts_ns
                 yield ev
     if rec.pending_lost:
         yield Event("MARK", last, text=f"Lost {rec.pending_lost} events.")
 
 
-def _record_events(raw: memoryview) -> list[Event]:
+def record_events(raw: memoryview) -> list[Event]:
     """The events of one record: a Lost marker if it says events were
     dropped before it, then its own; none if it is corrupt."""
     if len(raw) == _ACCESS_SIZE:

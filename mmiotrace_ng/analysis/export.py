@@ -1,6 +1,7 @@
 """`mmiotrace-ng export --chrome OUT.json FILE`: a trace as Chrome
 trace-event JSON, which Perfetto's UI (ui.perfetto.dev) and chrome://tracing
-open.
+open.  (`export --parquet DIR FILE`: the trace as Parquet tables, made by
+table.py.)
 
 The object form of the Trace Event Format is written:
 {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}, with
@@ -69,8 +70,13 @@ _DUMPS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).enco
 def setup(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("file", metavar="FILE",
                     help="a trace: text (20070824) or recorded; - for standard input")
-    ap.add_argument("--chrome", metavar="OUT.json", required=True,
-                    help="write Chrome trace-event JSON here (- for standard output)")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--chrome", metavar="OUT.json",
+                      help="write Chrome trace-event JSON here (- for standard output)")
+    what.add_argument("--parquet", metavar="OUT",
+                      help="write the trace as Parquet tables into the directory OUT "
+                           "(made if missing): records.parquet, devices.parquet, "
+                           "mappings.parquet (docs/sql.md; needs pyarrow)")
     ap.add_argument("--regs", action="append", default=[], metavar="MAP",
                     help="register map: a .regs file or the name of a shipped one (e1000, "
                          "edu); repeatable; default: every shipped map, each where its "
@@ -79,8 +85,18 @@ def setup(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     trace = open_trace(args.file)
+    if args.parquet is not None:
+        from .extras import require
+
+        require("export --parquet", ("pyarrow", "numpy"))
     namer = register_namer(args.regs)
-    status = _write(args, trace, namer)
+    if args.parquet is not None:
+        from .table import write_parquet
+
+        write_parquet(trace, args.parquet, namer)
+        status = 0
+    else:
+        status = _write(args, trace, namer)
     note_unapplied(namer, args.regs, "export")
     return status
 

@@ -76,19 +76,28 @@ class Kallsyms:
         i = bisect.bisect_right(self._addrs, sym.addr)
         return self._addrs[i] - sym.addr if i < len(self._addrs) else None
 
-    def function(self, addr: int) -> str:
-        """`name+0xoff/0xsize [module]` of the function addr is in, or the
-        address in hex if it is in none."""
+    def locate(self, addr: int) -> tuple[Symbol, int] | None:
+        """The function addr is in and the function's size, None if it is in
+        none."""
         if self._text is None:
             self._text = self._symbols("[tTwW]", r"\S+")
             self._text_addrs = [s.addr for s in self._text]
         i = bisect.bisect_right(self._text_addrs, addr) - 1
         if i < 0:
-            return f"0x{addr:x}"
+            return None
         s = self._text[i]
         size = self.gap_after(s) or 0      # as %pS: to the next symbol of any kind
         if addr - s.addr >= size:
+            return None
+        return s, size
+
+    def function(self, addr: int) -> str:
+        """`name+0xoff/0xsize [module]` of the function addr is in, or the
+        address in hex if it is in none."""
+        found = self.locate(addr)
+        if found is None:
             return f"0x{addr:x}"
+        s, size = found
         return (f"{s.name}+0x{addr - s.addr:x}/0x{size:x}"
                 + (f" [{s.module}]" if s.module else ""))
 

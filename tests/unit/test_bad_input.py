@@ -30,6 +30,8 @@ BAD = {     # name: (content, what the message says after the name)
 READERS = {
     "annotate": ["annotate", "FILE"],
     "export": ["export", "--chrome", "OUT", "FILE"],
+    "export parquet": ["export", "--parquet", "OUT", "FILE"],
+    "query": ["query", "FILE"],
     "plot": ["plot", "FILE", "-o", "OUT"],
     "report": ["report", "FILE"],
     "render": ["render", "FILE"],

@@ -96,7 +96,8 @@ def test_existing_mappings_with_hidden_addresses() -> None:
 SUBCOMMAND_LINES = {
     "diff": "compare two traces as their MMIO traffic",
     "annotate": "a trace for people: register names, callers",
-    "export": "a trace as Chrome trace-event JSON (Perfetto)",
+    "export": "a trace as Chrome trace-event JSON or Parquet tables",
+    "query": "SQL over a trace's tables (DuckDB)",
     "plot": "draw registers against time (PNG, matplotlib)",
     "ksym": "watch kernel variables with hardware breakpoints",
     "install-helper": "install the helper module with DKMS",

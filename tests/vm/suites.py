@@ -45,9 +45,13 @@ class Suite:
     # backports kernel): images by name, headers from the pool by file name
     pool_kernels: tuple[str, ...] = ()
     pool_debs: tuple[str, ...] = ()
+    # the optional Python packages (pyproject's extras) the release has:
+    # the tests that need one require it there, and elsewhere test what
+    # the command says without it
+    extras: tuple[str, ...] = ()
 
     def packages(self) -> list[str]:
-        pkgs = list(COMMON) + list(self.pool_kernels)
+        pkgs = list(COMMON) + list(self.extras) + list(self.pool_kernels)
         for k in self.kernels:
             pkgs += [k, k.replace("linux-image-", "linux-headers-", 1)]
         return pkgs
@@ -74,10 +78,12 @@ SUITES = {
                         ("linux-headers-6.17.13+deb13-rt-amd64", "amd64"),
                         ("linux-headers-6.17.13+deb13-common", "all"),
                         ("linux-kbuild-6.17.13+deb13", "amd64")))),
-    # unstable: Linux 7.2, Python 3.14, bcc 0.37, pyroute2 0.8
+    # unstable: Linux 7.2, Python 3.14, bcc 0.37, pyroute2 0.8; pyarrow
+    # (export --parquet; trixie has none); DuckDB's Python module is in no
+    # release
     "sid": Suite("sid", ("sid",),
                  (_image("7.2.13+deb14-amd64"), _image("7.2.13+deb14-rt-amd64")),
-                 "7.2.13+deb14-amd64"),
+                 "7.2.13+deb14-amd64", extras=("python3-pyarrow",)),
 }
 
 
