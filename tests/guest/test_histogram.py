@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import EXERCISER_DEBUGFS
-from ng_tracer import NG
+from ng_tracer import NG, RECORDED, recorded_for_host
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers" / "edu_exerciser"))
 import scenarios as sc  # noqa: E402
@@ -72,3 +72,10 @@ def test_histogram_equals_the_known_counts(exerciser):
     # the table only: no trace around it
     assert not [ln for ln in lines if ln.startswith(("VERSION", "PCIDEV", "MAP ", "UNMAP "))
                 or re.match(r"(R|W) \d+ \d+\.\d{6} ", ln)], hist.stdout
+    # the same scenarios recorded, beside this table: the host's SQL over
+    # the recording must count what the kernel counted (tests/recorded)
+    RECORDED.mkdir(parents=True, exist_ok=True)
+    (RECORDED / "histogram.txt").write_text(hist.stdout)
+    recorded_for_host("histogram", ["record", "--pci", dev, "-o", "{rec}", "--",
+                                    "sh", "-c", SCENARIOS],
+                      bdf=dev, bar0=exerciser.bar0[0])
