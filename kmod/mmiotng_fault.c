@@ -45,6 +45,10 @@
  *    instruction each way), and a nested fault leaves the caches alone.
  *    The window it uses is that of its nesting level (NG_LEVELS), never
  *    the interrupted fault's; only level 0 single-steps.
+ *  - ng_fault_user() and ng_fault_yield() run after ng_fault() has left
+ *    every per-CPU state and the RCU section, in the faulting task, and
+ *    may sleep with interrupts on (the task may go on on another CPU);
+ *    each holds a reference to the module meanwhile.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -285,7 +289,7 @@ module_param(rep_chunk, uint, 0644);
 MODULE_PARM_DESC(rep_chunk,
 		 "elements of a rep movs/stos emulated per fault, interrupts off (1-4096, default 64)");
 
-enum ng_emu_result { NG_EMULATED, NG_MUST_STEP, NG_NEEDS_USER_PAGE };
+enum ng_emu_result { NG_EMULATED, NG_YIELD, NG_MUST_STEP, NG_NEEDS_USER_PAGE };
 
 /*
  * A user page an instruction needs, to be faulted in by ng_fault_user()
@@ -301,7 +305,10 @@ struct ng_user_page {
 };
 
 static DEFINE_PER_CPU(struct ng_user_page, ng_user_page);
-/* tasks in ng_fault_user()'s fault-in: only a forced rmmod finds one */
+/*
+ * tasks in ng_fault_user()'s fault-in or in ng_fault_yield(): only a forced
+ * rmmod finds one
+ */
 static atomic_t ng_user_inflight = ATOMIC_INIT(0);
 
 /* Emulate the faulting instruction. */
@@ -322,7 +329,12 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 		ng_fill_compat(&c.acc, bytes, nbytes, regs);
 		ng_emit(&c);
 	}
-	/* a partial rep resumes when the instruction faults again */
+	/*
+	 * A partial rep resumes when the instruction faults again; in between,
+	 * a task that is due to give the CPU up does (ng_fault_yield).
+	 */
+	if (ret == NG_EMU_PARTIAL && !ng_level() && need_resched())
+		return NG_YIELD;
 	if (ret == 0 || ret == NG_EMU_PARTIAL)
 		return NG_EMULATED;
 	if (!c.user_len)
@@ -349,6 +361,18 @@ static bool ng_may_fault_in(const struct pt_regs *regs)
 {
 	return (regs->flags & X86_EFLAGS_IF) && !preempt_count() &&
 	       !pagefault_disabled() && current->mm;
+}
+
+/*
+ * Whether the faulting kernel code may be scheduled out between two chunks
+ * of a rep: as ng_may_fault_in(), in any task, outside RCU read-side
+ * sections, and only where preempt_count() tells atomic sections (a
+ * spinlock held under a kernel without CONFIG_PREEMPT_COUNT does not show).
+ */
+static bool ng_may_yield(const struct pt_regs *regs)
+{
+	return IS_ENABLED(CONFIG_PREEMPT_COUNT) && (regs->flags & X86_EFLAGS_IF) &&
+	       !preempt_count() && !pagefault_disabled() && !rcu_preempt_depth();
 }
 
 /*
@@ -537,7 +561,7 @@ static bool ng_decode_cached(unsigned long ip, const u8 *bytes, unsigned int nby
 	return true;
 }
 
-enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER };
+enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER, NG_YIELD_CPU };
 
 /*
  * What an NMI-like context cannot emulate (an instruction the decoder does
@@ -627,8 +651,13 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	forced = !level && ng_step_forced(regs);
 	if (decoded && mode == MMIOTNG_MODE_EMULATE && !forced) {
 		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, &insn);
-		if (emu == NG_EMULATED) {
+		if (emu == NG_EMULATED || emu == NG_YIELD) {
 			this_cpu_inc(ng_stats.emulated);
+			/* as for a fault-in: a task that sleeps in the module holds it */
+			if (emu == NG_YIELD && try_module_get(THIS_MODULE)) {
+				atomic_inc(&ng_user_inflight);
+				res = NG_YIELD_CPU;
+			}
 			goto out;
 		}
 		if (emu == NG_NEEDS_USER_PAGE && !level)
@@ -713,6 +742,27 @@ static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_cod
 	module_put(THIS_MODULE);
 }
 
+/*
+ * Runs in place of bad_area_nosemaphore() between two chunks of a rep
+ * movs/stos (rep_chunk elements each) when the task is due to give the
+ * CPU up: on a kernel that does not preempt kernel code, a blit that takes
+ * seconds under the trap would otherwise keep the reader, softirqs and
+ * RCU's grace periods off this CPU until it is done.  The registers say
+ * where the instruction stopped; it faults again when the task runs on.
+ */
+static noinline void ng_fault_yield(struct pt_regs *regs, unsigned long error_code,
+				    unsigned long address)
+{
+	if (ng_may_yield(regs)) {
+		local_irq_enable();
+		cond_resched();
+		local_irq_disable();
+	}
+	atomic_dec(&ng_user_inflight);
+	/* as in ng_fault_user(): interrupts off from here on */
+	module_put(THIS_MODULE);
+}
+
 static void notrace ng_fault_ftrace(unsigned long ip, unsigned long parent_ip,
 				    struct ftrace_ops *op, struct ftrace_regs *fregs)
 {
@@ -729,6 +779,9 @@ static void notrace ng_fault_ftrace(unsigned long ip, unsigned long parent_ip,
 		break;
 	case NG_FAULT_IN_USER:
 		instruction_pointer_set(kregs, (unsigned long)ng_fault_user);
+		break;
+	case NG_YIELD_CPU:
+		instruction_pointer_set(kregs, (unsigned long)ng_fault_yield);
 		break;
 	case NG_NOT_OURS:
 		break;
@@ -820,10 +873,10 @@ void ng_fault_exit(void)
 {
 	ng_ftrace_unhook(&ng_fault_ops);
 	/*
-	 * No task is in ng_fault_user()'s fault-in (it holds a reference to
-	 * the module), unless the unload was forced (rmmod -f): then wait for
-	 * it, as long as its page takes.  A CPU may still be in
-	 * ng_fault_done/_user() after it, interrupts off.
+	 * No task is in ng_fault_user()'s fault-in or ng_fault_yield() (each
+	 * holds a reference to the module), unless the unload was forced
+	 * (rmmod -f): then wait for it, as long as its page takes.  A CPU may
+	 * still be in ng_fault_done/_user/_yield() after it, interrupts off.
 	 */
 	while (atomic_read(&ng_user_inflight))
 		msleep(20);
