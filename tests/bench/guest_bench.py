@@ -699,7 +699,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="small counts, short search (checks the harness, numbers are noisy)")
     ap.add_argument("--only", metavar="PARTS",
-                    help="measure only these (comma-separated: kernel, helper, ng; "
+                    help="measure only these (comma-separated: kernel, helper, ng, or "
+                         "ng-emulate: ng's default mode timed, no search, no --singlestep; "
                          "experiments: the output is not what tests/bench/run reads)")
     args = ap.parse_args()
     if os.environ.get("NGVM_GUEST") != "1":
@@ -751,6 +752,8 @@ def measure(res: dict, bdf: str, counts: dict[str, int],
         helper_breakdown(res, bdf, counts)
     if "ng" in parts:
         ng_tracer(res, bdf, counts, bursts)
+    elif "ng-emulate" in parts:
+        ng_tracer(res, bdf, counts, {}, modes=(("ng_emulate", []),))
 
 
 def kernel_tracer(res: dict, counts: dict[str, int],
@@ -768,9 +771,13 @@ def kernel_tracer(res: dict, counts: dict[str, int],
         kt.stop()
 
 
+NG_MODES = (("ng_emulate", []), ("ng_singlestep", ["--singlestep"]))
+
+
 def ng_tracer(res: dict, bdf: str, counts: dict[str, int],
-              bursts: dict[str, tuple[int, int]]) -> None:
-    for mode, extra in (("ng_emulate", []), ("ng_singlestep", ["--singlestep"])):
+              bursts: dict[str, tuple[int, int]],
+              modes: tuple[tuple[str, list[str]], ...] = NG_MODES) -> None:
+    for mode, extra in modes:
         log(f"{mode}: starting mmiotrace-ng {' '.join(extra)}")
         ng = NgTracer(bdf, extra, mode).start()
         try:
