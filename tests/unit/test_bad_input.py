@@ -35,6 +35,7 @@ READERS = {
     "render": ["render", "FILE"],
     "diff": ["diff", "FILE", "GOOD"],
     "diff B": ["diff", "GOOD", "FILE"],
+    "replay": ["replay", "--pci", "00:1f.7", "-o", "OUT", "FILE"],
 }
 
 

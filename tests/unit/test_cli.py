@@ -98,6 +98,7 @@ SUBCOMMAND_LINES = {
     "annotate": "a trace for people: register names, callers",
     "export": "a trace as Chrome trace-event JSON (Perfetto)",
     "plot": "draw registers against time (PNG, matplotlib)",
+    "replay": "play a trace back to a device, reads checked",
     "ksym": "watch kernel variables with hardware breakpoints",
     "install-helper": "install the helper module with DKMS",
     "mark": "write TEXT into the running trace as a MARK line",
