@@ -529,3 +529,22 @@ def test_runs_of_reads_of_one_register_become_polls():
     assert len(fold_polls([*reads([1]), Step("W", 2, bar=0, offset=0x20, width=4),
                            *reads([1])])) == 3
     assert Selection() == Selection(1, None, None, None, False)
+
+
+def test_keep_timing_keeps_the_recorded_gaps(sysfs, tmp_path, capsys):
+    import time
+
+    # 0.15 s between the write and the read, 0.1 s more before the last read
+    lines = [TRACE[0], TRACE[1], TRACE[2],
+             "W 4 5.000000 1 0xfea00004 0x1 0x0 7\n",
+             "R 4 5.150000 1 0xfea00004 0xfffffffe 0x0 7\n",
+             "R 4 5.250000 1 0xfea00000 0x10000ed 0x0 7\n"]
+    trace = write_trace(tmp_path, lines)
+    start = time.monotonic()
+    status, _, err = replay([trace, "--pci", BDF, "--keep-timing", "-o", str(tmp_path / "o")],
+                            sysfs, FakeEdu(), capsys)
+    assert status == 0, err
+    assert time.monotonic() - start >= 0.25
+    times = [float(line.split(" ")[2]) for line in (tmp_path / "o").read_text().splitlines()
+             if line[:2] in ("R ", "W ")]
+    assert times[1] - times[0] > 0.149 and times[2] - times[1] > 0.099
