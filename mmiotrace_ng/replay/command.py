@@ -58,9 +58,11 @@ CMD (sh -c) exits 0: without --reset, CMD runs after each write in turn;
 with --reset CMD2, each try starts with CMD2 (which must bring the device
 back to its state before the trace) and the prefixes are bisected.
 
-exit status: 0 every read as recorded (bisect: the write found), 1 a
-mismatch (bisect: no prefix makes CMD succeed, or the empty one does), 2
-trouble, 130 stopped (Ctrl-C, or q at a --step prompt).
+exit status:
+  0    every read as recorded (bisect: the write found)
+  1    a mismatch (bisect: no prefix makes CMD succeed, or the empty one does)
+  2    trouble: a refusal, bad options, a device that cannot be used
+  130  stopped: Ctrl-C, or q at a --step prompt
 
 examples:
   echo 0000:01:00.0 > /sys/bus/pci/drivers/DRIVER/unbind
