@@ -11,7 +11,10 @@ refused in one line, with nothing written (the liveness register, set
 before, reads the same after).
 
 The test reads and writes edu itself through resource0 (mapped only while
-no driver is bound: a driver's claim revokes such mappings)."""
+no driver is bound: a driver's claim revokes such mappings).  The main
+replay runs as the command does, in a process of its own; the others run
+in this one (cli.main), which saves a Python start each (seconds under
+TCG)."""
 
 from __future__ import annotations
 
@@ -108,14 +111,20 @@ def recording(exerciser) -> Iterator[Path]:
         bind(exerciser.dev.name, True)
 
 
-def text_of(rec: Path) -> list[str]:
+@pytest.fixture(scope="module")
+def text(recording) -> list[str]:
+    """The recording's text, as report prints it."""
     out = OUT / "replay.txt"
-    assert cli.main(["report", str(rec), "-o", str(out)]) == 0
+    assert cli.main(["report", str(recording), "-o", str(out)]) == 0
     return out.read_text().splitlines(keepends=True)
 
 
-def replay(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*NG, "replay", *argv], capture_output=True, text=True, timeout=300)
+def replay(capsys, *argv: str) -> subprocess.CompletedProcess[str]:
+    """mmiotrace-ng replay argv, run in this process."""
+    capsys.readouterr()
+    status = cli.main(["replay", *argv])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, status, out, err)
 
 
 def line_of(lines: list[str], prefix: str, phys: int, value: int) -> int:
@@ -127,10 +136,9 @@ def line_of(lines: list[str], prefix: str, phys: int, value: int) -> int:
     raise AssertionError(f"no {prefix}{phys:#x} {value:#x} in the trace")
 
 
-def test_the_recording_polls_a_busy_device(exerciser, recording):
+def test_the_recording_polls_a_busy_device(exerciser, text):
     base = exerciser.bar0[0]
-    lines = text_of(recording)
-    status = [line.split(" ")[5] for line in lines
+    status = [line.split(" ")[5] for line in text
               if line.startswith("R 4 ") and line.split(" ")[4] == f"{base + STATUS:#x}"]
     assert status[0] == "0x1" and status[-1] == "0x0", status
 
@@ -145,7 +153,8 @@ def test_replay_matches_computes_the_factorial_again_and_diffs_equal(exerciser, 
             pass
         assert reg(v, FACT) == 120
     replayed = OUT / "replayed.txt"
-    res = replay(str(recording), "--pci", bdf, "--poll-timeout", "10", "-o", str(replayed))
+    res = subprocess.run([*NG, "replay", str(recording), "--pci", bdf, "--poll-timeout", "10",
+                          "-o", str(replayed)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stderr.endswith(": every read as recorded\n"), res.stderr
     with bar0(bdf, size) as v:
@@ -157,30 +166,30 @@ def test_replay_matches_computes_the_factorial_again_and_diffs_equal(exerciser, 
     assert cli.main(["diff", "--ignore-header", str(recording), str(replayed)]) == 0
 
 
-def test_an_edited_value_stops_the_replay_at_its_line(exerciser, recording):
+def test_an_edited_value_stops_the_replay_at_its_line(exerciser, text, capsys):
     bdf, base = exerciser.dev.name, exerciser.bar0[0]
-    lines = text_of(recording)
+    lines = list(text)
     n = line_of(lines, "R 4 ", base + LIVE, 0xEDCBA987)
     lines[n - 1] = lines[n - 1].replace(" 0xedcba987 ", " 0xedcba986 ")
     edited = OUT / "edited.txt"
     edited.write_text("".join(lines))
     bind(bdf, False)
-    res = replay(str(edited), "--pci", bdf, "--poll-timeout", "10", "-o", str(OUT / "e.txt"))
+    res = replay(capsys, str(edited), "--pci", bdf, "--poll-timeout", "10",
+                 "-o", str(OUT / "e.txt"))
     assert res.returncode == 1, res.stderr
     assert res.stderr.splitlines()[0] == (f"mmiotrace-ng: replay: line {n}: R 4 "
                                           f"{base + LIVE:#x}: expected 0xedcba986, read "
                                           "0xedcba987")
 
 
-def test_bisect_finds_the_write_the_check_looks_for(exerciser, recording):
+def test_bisect_finds_the_write_the_check_looks_for(exerciser, recording, text, capsys):
     bdf, (base, size) = exerciser.dev.name, exerciser.bar0
-    lines = text_of(recording)
-    n = line_of(lines, "W 4 ", base + DMA_SRC, WVAL)
+    n = line_of(text, "W 4 ", base + DMA_SRC, WVAL)
     bind(bdf, False)
     with bar0(bdf, size) as v:
         assert reg(v, DMA_SRC, 0) == 0
     check = f'test "$(busybox devmem {base + DMA_SRC:#x} 32)" = 0x{WVAL:08X}'
-    res = replay(str(recording), "--pci", bdf, "--poll-timeout", "10", "--bisect",
+    res = replay(capsys, str(recording), "--pci", bdf, "--poll-timeout", "10", "--bisect",
                  "--check", check)
     assert res.returncode == 0, res.stderr
     assert res.stdout == (f"line {n}: W 4 {base + DMA_SRC:#x} {WVAL:#x}: write 3 of 4, the "
@@ -208,16 +217,16 @@ def other_layout(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("case", ["bound driver", "other BAR layout", "damaged trace"])
-def test_refusals_write_nothing(case, exerciser, recording):
+def test_refusals_write_nothing(case, exerciser, recording, text, capsys):
     bdf = exerciser.dev.name
     path = recording
     if case != "bound driver":
         path = OUT / "refused.txt"
         path.write_text("".join((other_layout if case == "other BAR layout" else damaged)(
-            text_of(recording))))
+            text)))
     assert set_live(exerciser, 0x0BADF00D) == 0xF4520FF2
     bind(bdf, case == "bound driver")
-    res = replay(str(path), "--pci", bdf, "-o", str(OUT / "refused-out.txt"))
+    res = replay(capsys, str(path), "--pci", bdf, "-o", str(OUT / "refused-out.txt"))
     said = {"bound driver": f"{bdf} is bound to the driver edu_exerciser",
             "other BAR layout": "the trace's BARs (BAR0 0x200000) are not",
             "damaged trace": "is not a trace line"}[case]
