@@ -223,6 +223,12 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                "Draw the accesses of a trace (text or recorded): register against time, "
                "reads and writes in two colours, MARK lines as labelled verticals.",
                *_lazy("analysis.plot")),
+    Subcommand("replay", "play a trace back to a device, reads checked",
+               "Play the accesses of a trace (text or recorded) back to a PCI device from "
+               "user space, through its sysfs resource files: writes made, reads compared, "
+               "polls waited for; or find the write after which a check succeeds "
+               "(--bisect).  Exit status 0: every read as recorded, 1: a mismatch, "
+               "2: trouble.", *_lazy("replay.command")),
 
     Subcommand("ksym", "watch kernel variables with hardware breakpoints",
                "", _ksym_setup, ksym, takes_command=True),

@@ -37,6 +37,7 @@ READERS = {
     "render": ["render", "FILE"],
     "diff": ["diff", "FILE", "GOOD"],
     "diff B": ["diff", "GOOD", "FILE"],
+    "replay": ["replay", "--pci", "00:1f.7", "-o", "OUT", "FILE"],
 }
 
 

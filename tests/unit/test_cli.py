@@ -99,6 +99,7 @@ SUBCOMMAND_LINES = {
     "export": "a trace as Chrome trace-event JSON or Parquet tables",
     "query": "SQL over a trace's tables (DuckDB)",
     "plot": "draw registers against time (PNG, matplotlib)",
+    "replay": "play a trace back to a device, reads checked",
     "ksym": "watch kernel variables with hardware breakpoints",
     "install-helper": "install the helper module with DKMS",
     "mark": "write TEXT into the running trace as a MARK line",

@@ -45,7 +45,8 @@
  *   0x80/0x88 DMA source/destination (scratch while no DMA runs)
  *   0x40 and 0x1000.. unknown offsets: 4-byte reads give 0xffffffff,
  *   writes are ignored.
- * Never touched: 0x08 factorial (asynchronous), 0x60 raise irq, 0x64 ack
+ *   0x08 factorial: by the stress scenario "fact" only (asynchronous)
+ * Never touched: 0x60 raise irq, 0x64 ack
  * irq, 0x90 DMA count, 0x98 DMA command.  edu only accepts 4- and 8-byte
  * accesses: QEMU rejects 1- and 2-byte ones before edu sees them, so such
  * reads return 0 and such writes are ignored.  An 8-byte read below 0x80
@@ -88,7 +89,9 @@
 
 #define EDU_REG_IDENT		0x00
 #define EDU_REG_LIVE		0x04
+#define EDU_REG_FACT		0x08
 #define EDU_REG_STATUS		0x20
+#define EDU_STATUS_COMPUTING	0x01	/* a factorial is being computed */
 #define EDU_REG_IRQ_STATUS	0x24
 #define EDU_REG_HOLE		0x40	/* no register there */
 #define EDU_REG_DMA_SRC		0x80
@@ -987,6 +990,40 @@ static int st_pc(struct edu_ex *ex, unsigned int count)
 }
 
 /*
+ * "fact": the factorial of COUNT, computed by edu: writel COUNT to 0x08, poll
+ * the status register (0x20) until its bit 0 (computing) clears, readl 0x08.
+ * edu computes it in a thread of its own, one 32-bit multiplication per
+ * number down from COUNT, so a large COUNT (2^26: tens of milliseconds) keeps
+ * it busy long enough for the poll to see it busy.  The result is checked
+ * against the product modulo 2^32 made here (0 from 34 on: 34! has 32 twos);
+ * the status is read every 200-400 us, for 5 s at most (-ETIMEDOUT).
+ */
+static int st_fact(struct edu_ex *ex, unsigned int count)
+{
+	void __iomem *base = edu_map(ex);
+	unsigned long deadline = jiffies + 5 * HZ;
+	u32 want = 1, n;
+	int ret = 0;
+
+	if (!base)
+		return -ENOMEM;
+	for (n = count; n > 1 && want; n--)
+		want *= n;
+	writel(count, base + EDU_REG_FACT);
+	while (readl(base + EDU_REG_STATUS) & EDU_STATUS_COMPUTING) {
+		if (time_after(jiffies, deadline)) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+		usleep_range(200, 400);
+	}
+	if (!ret)
+		edu_check(ex, "readl fact", readl(base + EDU_REG_FACT), want);
+	edu_unmap(ex, base);
+	return ret ? ret : edu_result(ex);
+}
+
+/*
  * An ioremap of memory that is no PCI device's: the HPET's registers at
  * their usual place (QEMU's pc machine has them there), a readl of its
  * capabilities (nonzero: vendor, counter size, timers) kept in
@@ -1375,6 +1412,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "ioremap of the HPET (0xfed00000, no PCI device's), readl 0x00; value in nonpci_value" },
 	{ "pc", st_pc, false,
 	  "writel, readl 0x04; their instructions' addresses in pc_write, pc_read" },
+	{ "fact", st_fact, true,
+	  "writel COUNT to 0x08; poll 0x20 until idle; readl 0x08 (COUNT! mod 2^32)" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
