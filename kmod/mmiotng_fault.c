@@ -47,7 +47,7 @@
  *    the interrupted fault's; only level 0 single-steps.
  *  - ng_fault_user() and ng_fault_yield() run after ng_fault() has left
  *    every per-CPU state and the RCU section, in the faulting task, and
- *    may sleep with interrupts on (the task may go on on another CPU);
+ *    may sleep with interrupts on (the task may resume on another CPU);
  *    each holds a reference to the module meanwhile.
  */
 

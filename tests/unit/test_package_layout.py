@@ -1,7 +1,9 @@
 """The package's groups in layers (docs/how-it-works.md): common/ below
 format/, both below the live tracer (tracer/) and the analysis tools
 (analysis/), which do not use each other; ksym/ uses common/ only; the
-command line at the top may use them all, and nothing below uses it."""
+command line at the top may use them all, and nothing below uses it;
+replay (a trace played back to a device) stands beside the analysis tools
+and uses the PCI addresses of tracer/."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ ALLOWED = {
     "tracer": {"common", "format"},
     "analysis": {"common", "format"},
     "ksym": {"common"},
+    "replay": {"common", "format", "analysis", "tracer"},
 }
 
 

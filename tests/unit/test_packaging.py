@@ -4,6 +4,7 @@ builds from, and a dkms.conf that DKMS can use for this version."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,6 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # setuptools' scratch: the files an earlier build listed would ship
+    for scratch in (REPO / "build", REPO / "mmiotrace_ng.egg-info"):
+        shutil.rmtree(scratch, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                     "--no-build-isolation", "-w", str(out), str(REPO)], check=True)
     (whl,) = out.glob("mmiotrace_ng-*.whl")
@@ -28,6 +32,9 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 def test_wheel_ships_every_source(wheel):
     names = set(wheel.namelist())
+    pkg = REPO / "mmiotrace_ng"
+    for src in pkg.rglob("*.py"):
+        assert f"mmiotrace_ng/{src.relative_to(pkg)}" in names, src
     for sub, patterns in (("bpf", ["*.c", "*.h"]),
                           ("kmod", ["*.c", "*.h", "Kbuild", "Makefile", "dkms.conf"])):
         for pattern in patterns:
