@@ -46,9 +46,12 @@
  *    The window it uses is that of its nesting level (NG_LEVELS), never
  *    the interrupted fault's; only level 0 single-steps.
  *  - ng_fault_user() and ng_fault_yield() run after ng_fault() has left
- *    every per-CPU state and the RCU section, in the faulting task, and
- *    may sleep with interrupts on (the task may resume on another CPU);
- *    each holds a reference to the module meanwhile.
+ *    its RCU section and per-CPU state (ng_fault_user() reads its CPU's
+ *    ng_user_page first, and after a migration may mark a step on the new
+ *    CPU: at worst a step is missed once and the instruction retried), in
+ *    the faulting task, and may sleep with interrupts on (the task may
+ *    resume on another CPU); each holds a reference to the module
+ *    meanwhile, so a plain rmmod then fails.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -284,10 +287,45 @@ static const struct ng_mem_ops ng_emu_ops = {
  * to the parameter is clamped to 1..NG_REP_CHUNK_MAX.
  */
 #define NG_REP_CHUNK_MAX	4096
-static unsigned int rep_chunk = 64;
-module_param(rep_chunk, uint, 0644);
-MODULE_PARM_DESC(rep_chunk,
-		 "elements of a rep movs/stos emulated per fault, interrupts off (1-4096, default 64)");
+static unsigned int ng_rep_chunk = 64;
+module_param_named(rep_chunk, ng_rep_chunk, uint, 0644);
+MODULE_PARM_DESC(rep_chunk, "elements of a rep movs/stos emulated per fault, interrupts off (1-"
+		 __stringify(NG_REP_CHUNK_MAX) ", default 64)");
+
+/*
+ * Whether the faulting kernel code may be scheduled out between two chunks
+ * of a rep: as ng_may_fault_in(), in any task but the idle task, outside
+ * RCU read-side sections and sections with bottom halves off (PREEMPT_RT
+ * counts them apart), outside non_block_start() sections, and only where
+ * preempt_count() tells atomic sections: a kernel without
+ * CONFIG_PREEMPT_COUNT (no preemption, not even PREEMPT_DYNAMIC's) shows no
+ * spinlock in it, and there the task never yields.  A kernel that preempts
+ * kernel code needs no yield: the fault's return preempts the task.
+ */
+static bool ng_may_yield(const struct pt_regs *regs)
+{
+	if (!IS_ENABLED(CONFIG_PREEMPT_COUNT) || !(regs->flags & X86_EFLAGS_IF) ||
+	    preempt_count() || softirq_count() || pagefault_disabled() ||
+	    rcu_preempt_depth() || is_idle_task(current))
+		return false;
+#ifdef CONFIG_DEBUG_ATOMIC_SLEEP
+	if (current->non_block_count)
+		return false;
+#endif
+	return true;
+}
+
+/*
+ * The part of ng_may_yield() that the ftrace callback can tell (it may run
+ * with preemption off on ftrace's account, which hides the rest): no yield
+ * is set up where it would come to nothing.  Level 0 only.
+ */
+static bool ng_may_yield_here(const struct pt_regs *regs)
+{
+	return IS_ENABLED(CONFIG_PREEMPT_COUNT) && !ng_level() &&
+	       (regs->flags & X86_EFLAGS_IF) && !pagefault_disabled() &&
+	       !(preempt_count() & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_MASK));
+}
 
 enum ng_emu_result { NG_EMULATED, NG_YIELD, NG_MUST_STEP, NG_NEEDS_USER_PAGE };
 
@@ -322,8 +360,9 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	struct ng_user_page *u;
 	int ret;
 
+	/* at least 1: ng_emulate() takes 0 for no limit */
 	ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c,
-			 clamp_val(READ_ONCE(rep_chunk), 1, NG_REP_CHUNK_MAX));
+			 clamp_val(READ_ONCE(ng_rep_chunk), 1, NG_REP_CHUNK_MAX));
 	if (c.pending) {
 		/* the load is done and its register set: report it now */
 		ng_fill_compat(&c.acc, bytes, nbytes, regs);
@@ -333,7 +372,7 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	 * A partial rep resumes when the instruction faults again; in between,
 	 * a task that is due to give the CPU up does (ng_fault_yield).
 	 */
-	if (ret == NG_EMU_PARTIAL && !ng_level() && need_resched())
+	if (ret == NG_EMU_PARTIAL && need_resched() && ng_may_yield_here(regs))
 		return NG_YIELD;
 	if (ret == 0 || ret == NG_EMU_PARTIAL)
 		return NG_EMULATED;
@@ -361,18 +400,6 @@ static bool ng_may_fault_in(const struct pt_regs *regs)
 {
 	return (regs->flags & X86_EFLAGS_IF) && !preempt_count() &&
 	       !pagefault_disabled() && current->mm;
-}
-
-/*
- * Whether the faulting kernel code may be scheduled out between two chunks
- * of a rep: as ng_may_fault_in(), in any task, outside RCU read-side
- * sections, and only where preempt_count() tells atomic sections (a
- * spinlock held under a kernel without CONFIG_PREEMPT_COUNT does not show).
- */
-static bool ng_may_yield(const struct pt_regs *regs)
-{
-	return IS_ENABLED(CONFIG_PREEMPT_COUNT) && (regs->flags & X86_EFLAGS_IF) &&
-	       !preempt_count() && !pagefault_disabled() && !rcu_preempt_depth();
 }
 
 /*
