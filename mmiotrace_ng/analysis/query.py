@@ -29,6 +29,7 @@ from typing import Any, Final
 from ..common.errors import UsageError
 from ..common.output import writing
 from .accesses import note_unapplied, open_trace, register_namer
+from .diff import _Formatter
 from .extras import require
 
 FETCH: Final = 10000               # rows fetched at a time
@@ -91,7 +92,19 @@ ORDER BY seq""",
 }
 
 
+EXAMPLES = """\
+examples:
+  mmiotrace-ng query load.rec --top-registers
+  mmiotrace-ng query load.rec --last-values --before 'init end'
+  mmiotrace-ng query load.rec --between 'init begin' 'init end' --csv
+  mmiotrace-ng query load.rec "SELECT register, count(*) FROM records WHERE kind = 'W' GROUP BY ALL"
+  mmiotrace-ng export --parquet load.parquet load.rec
+  mmiotrace-ng query load.parquet --polls --json"""
+
+
 def setup(ap: argparse.ArgumentParser) -> None:
+    ap.formatter_class = _Formatter
+    ap.epilog = EXAMPLES
     ap.add_argument("file", metavar="FILE",
                     help="a trace (text or recorded; - for standard input), or a directory "
                          "export --parquet wrote")
