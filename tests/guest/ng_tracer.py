@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -131,23 +130,18 @@ def helper_status() -> dict[str, int]:
 
 
 def recorded_for_host(name: str, argv: list[str], *, bdf: str, bar0: int,
-                      in_tmpfs: bool = False, **facts: object) -> subprocess.CompletedProcess[str]:
+                      **facts: object) -> subprocess.CompletedProcess[str]:
     """Run mmiotrace-ng with argv ("{rec}" in it: the recording's path) to
     make RECORDED/name.rec for the host tests of tests/recorded, with the
     device's address, its BAR 0 and the other facts given beside it in
-    name.json; the run's result (its summary on stderr).  in_tmpfs: the
-    recording is written into the guest's /tmp and moved to RECORDED after
-    the run (hundreds of MB at the blit's rate: not through the share)."""
+    name.json; the run's result (its summary on stderr)."""
     RECORDED.mkdir(parents=True, exist_ok=True)
     rec, path = RECORDED / f"{name}.rec", RECORDED / f"{name}.json"
     rec.unlink(missing_ok=True)
     path.unlink(missing_ok=True)
-    made = Path("/tmp") / f"{name}.rec" if in_tmpfs else rec
-    res = subprocess.run([*NG, *(a.replace("{rec}", str(made)) for a in argv)],
+    res = subprocess.run([*NG, *(a.replace("{rec}", str(rec)) for a in argv)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    assert made.stat().st_size > 0, res.stderr
-    if in_tmpfs:
-        shutil.move(made, rec)
+    assert rec.stat().st_size > 0, res.stderr
     path.write_text(json.dumps({"bdf": bdf, "bar0": bar0, "made": time.time(), **facts}))
     return res

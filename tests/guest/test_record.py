@@ -127,7 +127,7 @@ def test_the_default_ring_keeps_a_16_mib_blit(exerciser):
         res = recorded_for_host("blit", [
             "record", "--pci", f"{dev.name}@2", "-o", "{rec}", "--", "taskset", "-c", "0",
             "sh", "-c", f"echo '2 {BLIT_BYTES}' > {blit}"],
-            bdf=dev.name, bar0=dev.bars[2][0], in_tmpfs=True, blit_bytes=BLIT_BYTES)
+            bdf=dev.name, bar0=dev.bars[2][0], blit_bytes=BLIT_BYTES)
     finally:
         ticker.terminate()
         out, _ = ticker.communicate(timeout=60)
