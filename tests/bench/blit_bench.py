@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 import guest_bench as gb  # noqa: E402
+from sustained_bench import wait_ready  # noqa: E402
 
 from mmiotrace_ng.common import ringbuf  # noqa: E402
 from mmiotrace_ng.format.rawfile import ACCESS_SIZE, open_recording  # noqa: E402
@@ -142,14 +143,6 @@ def row(mib: int, ns: int, kept: int, lost: int) -> dict:
     return {"mib": mib, "stores": made, "seconds": round(ns / 1e9, 1),
             "store_rate": round(made / (ns / 1e9)), "kept": kept, "lost": lost,
             "kept_whole": kept == made and lost == 0}
-
-
-def wait_ready(proc: subprocess.Popen, errf: Path) -> None:
-    deadline = time.monotonic() + gb.START_TIMEOUT
-    while b"ready" not in errf.read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("mmiotrace-ng did not start: " + errf.read_text())
-        time.sleep(0.1)
 
 
 def wait_for(path: Path, token: bytes, timeout: float = 900) -> None:
