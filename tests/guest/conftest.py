@@ -13,6 +13,9 @@
   QEMU's multi-threaded TCG (NGVM_ACCEL=tcg-multi): they patch kernel code
   that another vCPU executes in a loop, which that mode does not handle
   (tests/run runs them in a second guest booted with --accel tcg-single).
+- ``--shard K/N``: only the K-th of N parts of the tests, split by file
+  (shards.py): tests/run runs the main boot's tests in two guests side by
+  side.
 - ``exerciser`` (session): loads tests/drivers/edu_exerciser/edu_exerciser.ko,
   which must have been built on the host, and unloads it at the end;
   ``exerciser.run(name, count)`` runs one scenario.
@@ -30,6 +33,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import shards
 from kernel_tracer import PciDevice, find_pci_device
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,19 +56,36 @@ def stress_length(amount: float) -> float:
     return amount * STRESS_SCALE
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default="1/1", metavar="K/N",
+                     help="run the K-th of N parts of the tests, split by file "
+                          "(tests/guest/shards.py; tests/run runs two side by side)")
+
+
+def _deselect(config, items, drop) -> None:
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        dropped = set(map(id, drop))
+        items[:] = [item for item in items if id(item) not in dropped]
+
+
 def pytest_collection_modifyitems(config, items):
+    try:
+        k, n = shards.parse(config.getoption("--shard"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    if n > 1:
+        part = shards.assign([Path(item.path).name for item in items], n)
+        _deselect(config, items, [item for item in items if part[Path(item.path).name] != k])
     if IN_GUEST:
         # the boots that enforce module signatures (module.sig_enforce=1,
         # lockdown=integrity) run their tests and no other
         cmdline = Path("/proc/cmdline").read_text().split()
         boot = ("lockdown_boot" if "module.sig_enforce=1" in cmdline else
                 "integrity_boot" if "lockdown=integrity" in cmdline else None)
-        drop = [item for item in items
-                if any((item.get_closest_marker(m) is not None) != (m == boot)
-                       for m in ("lockdown_boot", "integrity_boot"))]
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = [item for item in items if item not in drop]
+        _deselect(config, items, [item for item in items
+                                  if any((item.get_closest_marker(m) is not None) != (m == boot)
+                                         for m in ("lockdown_boot", "integrity_boot"))])
         # the kernel is tainted after an oops: those tests come last
         items.sort(key=lambda item: item.get_closest_marker("oops") is not None)
         return

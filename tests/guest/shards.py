@@ -1,0 +1,70 @@
+"""How the main boot's guest tests are split between guests that run side by
+side (tests/run: ``pytest --shard K/N``).
+
+A guest's tests keep about one host core busy (one Python process at a time,
+the other vCPU mostly idle), so two guests on a two-core host run the main
+boot's tests in little more than half the time.  The split is by file (a
+file's module fixtures are made once), balanced by what each file took in
+the main boot (SECONDS, from a full run's junit file); a file not listed
+counts DEFAULT_SECONDS until it is (tests/unit/test_guest_shards.py fails
+for it).
+"""
+
+from __future__ import annotations
+
+# seconds each file's tests took in the main boot of a full run (junit)
+SECONDS = {
+    "test_all.py": 74,
+    "test_analysis.py": 26,
+    "test_cli_errors.py": 32,
+    "test_commands.py": 27,
+    "test_diff.py": 60,
+    "test_engine_safety.py": 262,
+    "test_fields.py": 25,
+    "test_helper_version.py": 20,
+    "test_histogram.py": 15,
+    "test_install.py": 51,
+    "test_kernel_reference.py": 30,
+    "test_ksym.py": 258,
+    "test_large_bars.py": 34,
+    "test_lockdown.py": 0,             # its boot only
+    "test_lockdown_integrity.py": 0,   # its boot only
+    "test_memtype.py": 7,
+    "test_ng_trace.py": 101,
+    "test_output.py": 26,
+    "test_record.py": 154,
+    "test_reliability.py": 123,
+    "test_replay.py": 20,
+    "test_session_owner.py": 8,
+    "test_singlestep.py": 11,
+    "test_small_bars.py": 39,
+    "test_storm.py": 32,
+    "test_switches.py": 29,
+    "test_truth.py": 31,
+    "test_unplug.py": 14,
+}
+DEFAULT_SECONDS = 10.0
+
+
+def parse(spec: str) -> tuple[int, int]:
+    """'K/N' -> (K, N), 1 <= K <= N; ValueError otherwise."""
+    k_text, sep, n_text = spec.partition("/")
+    if not sep or not k_text.isdigit() or not n_text.isdigit():
+        raise ValueError(f"--shard wants K/N (e.g. 1/2), not {spec!r}")
+    k, n = int(k_text), int(n_text)
+    if not 1 <= k <= n:
+        raise ValueError(f"--shard {spec}: K must be 1 to N")
+    return k, n
+
+
+def assign(files: list[str], n: int) -> dict[str, int]:
+    """Each file name -> its shard, 1..n: the longest files first, each to
+    the shard with the least time so far (ties to the lower shard), so the
+    same files always split the same way."""
+    load = [0.0] * n
+    out: dict[str, int] = {}
+    for name in sorted(set(files), key=lambda f: (-SECONDS.get(f, DEFAULT_SECONDS), f)):
+        i = min(range(n), key=lambda s: (load[s], s))
+        out[name] = i + 1
+        load[i] += SECONDS.get(name, DEFAULT_SECONDS)
+    return out
