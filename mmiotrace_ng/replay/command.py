@@ -4,9 +4,10 @@ write after which a check command succeeds.
 
 Everything is checked before the first access: the trace (plan.py), the
 device's BAR layout against the trace's, that no driver is bound (unless
---force).  Exit status: 0 every read as recorded (bisect: the write found),
-1 a mismatch (bisect: none found), 2 trouble, 130 stopped (SIGINT, or q at
-a --step prompt).
+--force; vfio-pci is the way in, not a driver that races the replay).
+Exit status: 0 every read as recorded (bisect: the write found), 1 a
+mismatch (bisect: none found), 2 trouble, 130 stopped (SIGINT, or q at a
+--step prompt).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from ..tracer import pci
 from .device import Device, DeviceError, DeviceInfo, SysfsDevice, describe
 from .plan import Plan, PlanError, Selection, Step, make_plan
 from .player import Options, Outcome, Player, TraceWriter
+from .vfio import VfioDevice
 
 EXIT_MISMATCH: Final = 1
 EXIT_STOPPED: Final = 130
 PROC_PCI: Final = "/proc/bus/pci/devices"
 PREFIX: Final = "mmiotrace-ng: replay: "
+VFIO_DRIVER: Final = "vfio-pci"
 
 EPILOG = """\
 Writes are made with their width and value, reads are made and compared; a
@@ -41,8 +44,9 @@ seconds.  A mismatch prints the trace's line number, the expected and the
 read value, and stops (--keep-going goes on).  Addresses are rebased BAR by
 BAR, by their offset, from the trace's PCIDEV line of the device (or taken as
 they are from its MAP lines if it has none).  Only the device's BARs are
-mapped (sysfs resourceN), every access is checked against its BAR's size,
-and Ctrl-C stops between two accesses.
+mapped (sysfs resourceN; through VFIO where the device is bound to vfio-pci,
+which lockdown allows), every access is checked against its BAR's size, and
+Ctrl-C stops between two accesses.
 
 Refused, with one line and exit status 2, before anything is touched: a
 driver bound to the device (unless --force), a trace whose BARs (numbers and
@@ -290,11 +294,20 @@ def _summary(info: DeviceInfo, out: Outcome) -> None:
     _say(f"{info.address}: {out.writes} writes, {out.reads} reads{polls}: {how}")
 
 
+def open_bars(info: DeviceInfo, bars: set[int]) -> Device:
+    """The device's BARs: through VFIO where vfio-pci is its driver, else
+    through its sysfs resource files."""
+    if info.driver == VFIO_DRIVER:
+        return VfioDevice(info, bars)
+    return SysfsDevice(info, bars)
+
+
 def replay(args: argparse.Namespace, sysfs_root: str | os.PathLike[str] = "/sys",
            proc_pci: str = PROC_PCI,
-           open_device: Callable[[DeviceInfo, set[int]], Device] = SysfsDevice) -> int:
+           open_device: Callable[[DeviceInfo, set[int]], Device] | None = None) -> int:
     """The command, its device found under sysfs_root and opened with
-    open_device (tests give others)."""
+    open_device (tests give others; by default VFIO for a device bound to
+    vfio-pci, its sysfs resource files otherwise)."""
     _check_options(args)
     trace = _open_trace(args.trace)
     try:
@@ -302,23 +315,26 @@ def replay(args: argparse.Namespace, sysfs_root: str | os.PathLike[str] = "/sys"
     except DeviceError as exc:
         raise UsageError(str(exc)) from exc
     plan = _plan(trace, args, info)
+    racing = info.driver if info.driver != VFIO_DRIVER else None
     if args.dry_run:
-        if info.driver:
+        if racing:
             _say(f"{info.address} is bound to {info.driver}: a replay would be refused "
                  "(--force)")
         _notes(plan, info)
         _dry_run(plan, info)
         return 0
-    if info.driver and not args.force:
+    if racing and not args.force:
         raise UsageError(f"{info.address} is bound to the driver {info.driver}: a replay "
                          "would race it; unbind it first (echo "
                          f"{info.address} > /sys/bus/pci/drivers/{info.driver}/unbind) or "
                          "give --force")
     _notes(plan, info)
     try:
-        device = open_device(info, plan.used_bars())
+        device = (open_device or open_bars)(info, plan.used_bars())
     except DeviceError as exc:
         raise UsageError(str(exc)) from exc
+    if isinstance(device, VfioDevice):
+        _say(f"{info.address}: through VFIO (IOMMU group {device.group})")
     try:
         with _Interrupt() as interrupt:
             if args.bisect:
