@@ -145,14 +145,20 @@ def test_vagrantfile_in_step_with_tests_run():
     # under KVM the main boot runs the single_tcg tests: nothing is left out
     assert chosen(boots["main"][1]) | chosen(boots["second"][1]) == set(combos)
     assert boots["signed"] == ("module.sig_enforce=1", "")
-    assert boots["integrity"] == ("lockdown=integrity", "")
+    assert boots["integrity"] == ("lockdown=integrity intel_iommu=on", "")
     assert '--append "module.sig_enforce=1 ngvm.bpfcache=$BPFCACHE"' in run
-    assert '--append "lockdown=integrity ngvm.bpfcache=$BPFCACHE"' in run
+    assert '--append "lockdown=integrity intel_iommu=on ngvm.bpfcache=$BPFCACHE"' in run
+    # the IOMMU that boot's vfio test needs, before the device it translates
+    assert "--qemu '-device intel-iommu,intremap=off' --qemu '-device edu'" in run
+    assert re.search(r'libvirt\.qemuargs value: "-device"\n\s*libvirt\.qemuargs value: '
+                     r'"intel-iommu,intremap=off"\n(\s*#.*\n)*\s*libvirt\.qemuargs value: '
+                     r'"-device"\n\s*libvirt\.qemuargs value: "edu,addr=0x10"', vf), \
+        "the Vagrantfile's intel-iommu must come right before edu"
     suite = (VAGRANT_DIR / "run-suite").read_text()
     for step in ("run_boot_tests main", 'reboot_with "" single',
                  "NGVM_TCG_THREAD=single run_boot_tests second",
                  'reboot_with "module.sig_enforce=1"', "run_boot_tests signed",
-                 'reboot_with "lockdown=integrity"', "run_boot_tests integrity"):
+                 'reboot_with "lockdown=integrity intel_iommu=on"', "run_boot_tests integrity"):
         assert f"\n    {step}\n" in suite or f"\n{step}\n" in suite, step
 
 
