@@ -17,11 +17,11 @@ def format_check(c: Check) -> str:
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
-    from .analysis.diff import _Formatter  # paragraphs filled, indented lines kept
+    from .common.helpformat import ExamplesFormatter
 
     ap.epilog = ("exit status:\n  0 every check passed (warnings say what may still be "
                  "needed), 2 one failed")
-    ap.formatter_class = _Formatter
+    ap.formatter_class = ExamplesFormatter
 
 
 def run(args: argparse.Namespace) -> int:

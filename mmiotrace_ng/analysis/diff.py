@@ -79,6 +79,7 @@ from operator import ne, sub
 from typing import BinaryIO, Final
 
 from ..common.errors import UsageError
+from ..common.helpformat import ExamplesFormatter
 from ..format.render import ENCODING, ERRORS
 
 WINDOW: Final = 4096        # records looked ahead on each side at a mismatch
@@ -119,20 +120,6 @@ examples:
 """
 
 
-class _Formatter(argparse.HelpFormatter):
-    """Fills paragraphs as argparse does, but keeps indented lines (the
-    examples) as they are."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        out = []
-        for para in text.split("\n\n"):
-            if "\n " in para or para.startswith(" "):
-                out.append("\n".join(indent + line for line in para.splitlines()))
-            else:
-                out.append(super()._fill_text(para, width, indent))
-        return "\n\n".join(out)
-
-
 def _offsets(text: str) -> set[int]:
     try:
         found = {int(word, 0) for word in text.split(",") if word.strip()}
@@ -165,7 +152,7 @@ def _nonnegative(text: str) -> int:
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
-    ap.formatter_class = _Formatter
+    ap.formatter_class = ExamplesFormatter
     ap.epilog = EPILOG
     ap.add_argument("a", metavar="A", help="a trace: text (20070824), a recorded file, "
                                            "or - for standard input")

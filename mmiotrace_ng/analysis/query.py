@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from ..common.errors import UsageError
+from ..common.helpformat import ExamplesFormatter
 from ..common.output import writing
 from .accesses import note_unapplied, open_trace, register_namer
-from .diff import _Formatter
 from .extras import require
 
 FETCH: Final = 10000               # rows fetched at a time
@@ -103,7 +103,7 @@ examples:
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
-    ap.formatter_class = _Formatter
+    ap.formatter_class = ExamplesFormatter
     ap.epilog = EXAMPLES
     ap.add_argument("file", metavar="FILE",
                     help="a trace (text or recorded; - for standard input), or a directory "

@@ -111,9 +111,9 @@ def _address(text: str) -> pci.PciAddress:
 
 
 def setup(ap: argparse.ArgumentParser) -> None:
-    from ..analysis.diff import _Formatter
+    from ..common.helpformat import ExamplesFormatter
 
-    ap.formatter_class = _Formatter
+    ap.formatter_class = ExamplesFormatter
     ap.epilog = EPILOG
     ap.add_argument("trace", metavar="TRACE",
                     help="a trace: text (20070824, of mmiotrace-ng or the kernel's "
