@@ -23,6 +23,11 @@ NR_BPF = 321                               # x86_64
 NR_PERF_EVENT_OPEN = 298
 BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM = 0, 1, 2
 BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN = 4, 5, 17
+BPF_OBJ_GET_INFO_BY_FD = 15
+# struct bpf_prog_info (include/uapi/linux/bpf.h): the fields read, by offset
+PROG_INFO_SIZE = 224                       # up to verified_insns (5.16)
+PROG_INFO_FIELDS = {"id": (4, "I"), "run_time_ns": (192, "Q"), "run_cnt": (200, "Q"),
+                    "recursion_misses": (208, "Q")}
 BPF_OBJ_NAME_LEN = 16
 ATTR_SIZE = 128                            # more than any command below uses
 PERF_ATTR_SIZE = 112                       # PERF_ATTR_SIZE_VER5
@@ -97,6 +102,19 @@ def map_next_key(fd: int, key: ctypes._CData | None, next_key: ctypes._CData) ->
     except FileNotFoundError:
         return False
     return True
+
+
+def prog_info(prog_fd: int) -> dict[str, int]:
+    """Counters of a loaded program (PROG_INFO_FIELDS): run_cnt and
+    run_time_ns count only while BPF statistics are on (sysctl
+    kernel.bpf_stats_enabled); recursion_misses always: runs skipped because
+    the program was already running on that CPU.  A kernel older than the
+    field says 0 (it fills only what it knows)."""
+    info = ctypes.create_string_buffer(PROG_INFO_SIZE)
+    _bpf(BPF_OBJ_GET_INFO_BY_FD, struct.pack("<IIQ", prog_fd, PROG_INFO_SIZE,
+                                             ctypes.addressof(info)))
+    return {name: struct.unpack_from("<" + fmt, info.raw, off)[0]
+            for name, (off, fmt) in PROG_INFO_FIELDS.items()}
 
 
 def raw_tracepoint_open(tracepoint: str, prog_fd: int) -> int:

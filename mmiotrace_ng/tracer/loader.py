@@ -164,6 +164,13 @@ class Probes:
         """(records dropped in all, dropped but not yet reported in a record)."""
         return read_drops(self.maps["drops"])
 
+    def misses(self) -> int:
+        """Runs of the programs that the kernel skipped because one was
+        already running on that CPU (a BPF program's recursion, which the
+        design avoids: the helper defers its NMI-level records): each a
+        record lost, counted nowhere else."""
+        return sum(bpfsys.prog_info(fd)["recursion_misses"] for fd in self.progs.values())
+
     def close(self) -> None:
         if self.ring is not None:
             self.ring.close()

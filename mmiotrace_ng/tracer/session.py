@@ -228,6 +228,16 @@ class Session:
         if self.probes is not None:
             self._render(self.probes.pending(0), None)
             total, pending = self.probes.drops()
+            try:
+                missed = self.probes.misses()
+            except OSError as exc:
+                missed = 0
+                print(f"mmiotrace-ng: cannot read the BPF programs' skipped runs "
+                      f"({exc.strerror}): records lost that way are not counted",
+                      file=sys.stderr, flush=True)
+            # said at the end: where they were lost is not known
+            total += missed
+            pending += missed
             if pending and not self.args.histogram and not self.record:
                 self.write(lost_line(pending))
             self.renderer.lost = total

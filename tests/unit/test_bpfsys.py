@@ -106,3 +106,49 @@ def test_kprobe_attr_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         assert (typ, size, config, flags) == (6, 112, int(ret), 1)
         assert func == ctypes.addressof(name) and name.value == b"iounmap"
         assert offset == 0
+
+
+def test_prog_info_offsets_are_linux_bpf_h(tmp_path: Path) -> None:
+    """PROG_INFO_FIELDS against struct bpf_prog_info, compiled."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "needs a C compiler (tests/setup.sh installs it)"
+    fields = "".join(f'\tprintf("{n} %zu %zu\\n", offsetof(struct bpf_prog_info, {n}), '
+                     f'sizeof(((struct bpf_prog_info *)0)->{n}));\n'
+                     for n in bpfsys.PROG_INFO_FIELDS)
+    src = tmp_path / "info.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <linux/bpf.h>\n"
+                   "int main(void)\n{\n" + fields +
+                   '\tprintf("verified_insns_end %zu\\n", '
+                   "offsetof(struct bpf_prog_info, verified_insns) + 4);\n\treturn 0;\n}\n")
+    subprocess.run([cc, "-o", str(tmp_path / "info"), str(src)], check=True)
+    out = subprocess.run([str(tmp_path / "info")], check=True, capture_output=True,
+                         text=True).stdout.split("\n")
+    got = {line.split()[0]: [int(x) for x in line.split()[1:]] for line in out if line}
+    for name, (off, fmt) in bpfsys.PROG_INFO_FIELDS.items():
+        assert got[name] == [off, struct.calcsize(fmt)], name
+    assert bpfsys.PROG_INFO_SIZE >= got["verified_insns_end"][0]
+
+
+def test_prog_info_counts_runs_while_statistics_are_on(fds) -> None:
+    prog = bpfsys.prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "test_runs", MOV_R0_0 + EXIT,
+                            "GPL", 0)
+    fds.append(prog)
+    before = bpfsys.prog_info(prog)
+    assert before["id"] > 0 and before["run_cnt"] == 0 and before["recursion_misses"] == 0
+    # BPF_ENABLE_STATS (BPF_STATS_RUN_TIME): on while its descriptor is open
+    stats = bpfsys._bpf(32, struct.pack("<I", 0))
+    try:
+        data = ctypes.create_string_buffer(64)
+        # BPF_PROG_TEST_RUN: prog_fd, retval, data_size_in, data_size_out,
+        # data_in, data_out, repeat
+        bpfsys._bpf(10, struct.pack("<IIIIQQI", prog, 0, 64, 0, ctypes.addressof(data), 0, 5))
+    finally:
+        os.close(stats)
+    after = bpfsys.prog_info(prog)
+    assert after["id"] == before["id"]
+    assert after["run_cnt"] == 5
+    assert after["run_time_ns"] > 0
+    assert after["recursion_misses"] == 0
