@@ -66,9 +66,14 @@ def group_node(info: DeviceInfo, dev_vfio: Path = DEV_VFIO) -> Path:
     return node
 
 
-def _ioctl(fd: int, request: int, arg: int | bytes | bytearray = 0, what: str = "") -> int:
+def _ioctl(fd: int, request: int, arg: int | bytearray = 0, what: str = "") -> int:
+    """The call's result; a bytearray argument is updated in place (bytes
+    would make fcntl.ioctl return a copy instead of the result)."""
     try:
-        return fcntl.ioctl(fd, request, arg)  # type: ignore[call-overload, no-any-return]
+        ret = fcntl.ioctl(fd, request, arg)  # type: ignore[call-overload]
+        if not isinstance(ret, int):
+            raise TypeError(f"VFIO {what}: pass a bytearray, not bytes")
+        return ret
     except OSError as exc:
         raise DeviceError(f"VFIO {what or hex(request)}: {exc.strerror}") from exc
 
@@ -159,17 +164,26 @@ class VfioDevice:
             raise DeviceError(f"VFIO group {group_path.name} of {self.info.address} is not "
                               "viable: bind every device of the group to vfio-pci "
                               f"(ls {self.info.path}/iommu_group/devices)")
-        _ioctl(group, VFIO_GROUP_SET_CONTAINER, struct.pack("=i", container),
+        _ioctl(group, VFIO_GROUP_SET_CONTAINER, bytearray(struct.pack("=i", container)),
                "GROUP_SET_CONTAINER")
         for kind in (VFIO_TYPE1v2_IOMMU, VFIO_TYPE1_IOMMU):
             if _ioctl(container, VFIO_CHECK_EXTENSION, kind, "CHECK_EXTENSION") > 0:
-                _ioctl(container, VFIO_SET_IOMMU, kind, "SET_IOMMU")
+                try:
+                    fcntl.ioctl(container, VFIO_SET_IOMMU, kind)
+                except OSError as exc:
+                    hint = (" (an IOMMU without interrupt remapping, which vfio_iommu_type1 "
+                            "refuses unless loaded with allow_unsafe_interrupts=1: the "
+                            "kernel log says)" if exc.errno == errno.EPERM else "")
+                    raise DeviceError(f"VFIO SET_IOMMU: {exc.strerror}{hint}") from exc
                 break
         else:
             raise DeviceError("VFIO: the container offers no type 1 IOMMU "
                               "(modprobe vfio_iommu_type1)")
+        # a mutable buffer: with bytes, fcntl.ioctl returns a copy of them,
+        # not the call's result (the descriptor)
         self._device = _ioctl(group, VFIO_GROUP_GET_DEVICE_FD,
-                              str(self.info.address).encode() + b"\0", "GROUP_GET_DEVICE_FD")
+                              bytearray(str(self.info.address).encode() + b"\0"),
+                              "GROUP_GET_DEVICE_FD")
         self._fds.append(self._device)
 
     def _map(self, index: int) -> None:

@@ -139,9 +139,11 @@ def test_replay_through_vfio_where_lockdown_refuses_sysfs():
         said = res.stderr.splitlines()
         assert said[0] == (f"mmiotrace-ng: replay: {found.name}: through VFIO (IOMMU group "
                            f"{group})"), res.stderr
-        # the poll's reads: as many as edu took
-        assert re.fullmatch(rf"mmiotrace-ng: replay: {found.name}: 4 writes, \d+ reads "
-                            r"\(1 polls\): every read as recorded", said[1]), res.stderr
+        # the status poll's reads: as many as edu took (one if it was idle at
+        # once, and then no poll is said)
+        m = re.fullmatch(rf"mmiotrace-ng: replay: {found.name}: 3 writes, (\d+) reads"
+                         r"( \(1 polls\))?: every read as recorded", said[1])
+        assert m and int(m[1]) >= 5, res.stderr
         assert len(said) == 2, res.stderr
         # what was done, as the trace says it
         assert ng("diff", "--ignore-header", str(trace), str(replayed)).returncode == 0

@@ -149,9 +149,9 @@ def test_vagrantfile_in_step_with_tests_run():
     assert '--append "module.sig_enforce=1 ngvm.bpfcache=$BPFCACHE"' in run
     assert '--append "lockdown=integrity intel_iommu=on ngvm.bpfcache=$BPFCACHE"' in run
     # the IOMMU that boot's vfio test needs, before the device it translates
-    assert "--qemu '-device intel-iommu,intremap=off' --qemu '-device edu'" in run
+    assert "--qemu '-device intel-iommu,intremap=on' --qemu '-device edu'" in run
     assert re.search(r'libvirt\.qemuargs value: "-device"\n\s*libvirt\.qemuargs value: '
-                     r'"intel-iommu,intremap=off"\n(\s*#.*\n)*\s*libvirt\.qemuargs value: '
+                     r'"intel-iommu,intremap=on"\n(\s*#.*\n)*\s*libvirt\.qemuargs value: '
                      r'"-device"\n\s*libvirt\.qemuargs value: "edu,addr=0x10"', vf), \
         "the Vagrantfile's intel-iommu must come right before edu"
     suite = (VAGRANT_DIR / "run-suite").read_text()
