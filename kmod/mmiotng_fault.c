@@ -354,11 +354,20 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 					   unsigned long addr, const u8 *bytes,
 					   unsigned int nbytes, const struct ng_insn *insn)
 {
-	struct ng_emu_ctx c = {
-		.regs = regs, .bytes = bytes, .nbytes = nbytes, .insn = insn, .m = m,
-	};
+	/* c.acc is written whole by ng_describe() before any use: not zeroed */
+	struct ng_emu_ctx c __uninitialized;
 	struct ng_user_page *u;
 	int ret;
+
+	c.regs = regs;
+	c.bytes = bytes;
+	c.nbytes = nbytes;
+	c.insn = insn;
+	c.m = m;
+	c.pending = false;
+	c.user_addr = 0;
+	c.user_len = 0;
+	c.user_write = false;
 
 	/* at least 1: ng_emulate() takes 0 for no limit */
 	ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c,
@@ -566,26 +575,30 @@ struct ng_decoded {
 
 static DEFINE_PER_CPU(struct ng_decoded [NG_DECODED], ng_decoded);
 
-/* ng_decode() of the instruction at ip, through the cache; false: unknown. */
-static bool ng_decode_cached(unsigned long ip, const u8 *bytes, unsigned int nbytes,
-			     struct ng_insn *insn, bool nested)
+/*
+ * ng_decode() of the instruction at ip, through the cache: the decoding
+ * (the cache's entry itself at level 0, which only this CPU's level 0
+ * touches, with interrupts off: no copy), NULL if unknown.  A nested fault
+ * decodes into buf.
+ */
+static const struct ng_insn *ng_decode_cached(unsigned long ip, const u8 *bytes,
+					      unsigned int nbytes, struct ng_insn *buf,
+					      bool nested)
 {
 	struct ng_decoded *d;
 
 	if (nested)
-		return ng_decode(bytes, nbytes, insn) == 0;
+		return ng_decode(bytes, nbytes, buf) ? NULL : buf;
 	d = &this_cpu_ptr(ng_decoded)[(ip ^ (ip >> 6)) & (NG_DECODED - 1)];
-	if (d->ip == ip && d->nbytes == nbytes && !memcmp(d->bytes, bytes, nbytes)) {
-		*insn = d->insn;
-		return true;
-	}
-	if (ng_decode(bytes, nbytes, insn))
-		return false;
-	d->ip = ip;
+	if (d->ip == ip && d->nbytes == nbytes && !memcmp(d->bytes, bytes, nbytes))
+		return &d->insn;
+	d->ip = 0;	/* no entry while it is rewritten */
+	if (ng_decode(bytes, nbytes, &d->insn))
+		return NULL;
 	d->nbytes = nbytes;
 	memcpy(d->bytes, bytes, nbytes);
-	d->insn = *insn;
-	return true;
+	d->ip = ip;
+	return &d->insn;
 }
 
 enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER, NG_YIELD_CPU };
@@ -629,10 +642,12 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 {
 	enum ng_fault_result res = NG_HANDLED;
 	unsigned int level = ng_level();
-	u8 bytes[NG_COMPAT_MAX_BYTES];
+	/* no zeroing (INIT_STACK_ALL_ZERO): one element per pass under TCG */
+	u8 bytes[NG_COMPAT_MAX_BYTES] __uninitialized;
+	struct ng_insn buf __uninitialized;
+	const struct ng_insn *insn;
 	enum ng_emu_result emu;
 	struct ng_mapping *m;
-	struct ng_insn insn;
 	unsigned int nbytes, mode;
 	bool decoded, nested, forced;
 
@@ -670,14 +685,15 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	if (level && mode == MMIOTNG_MODE_SINGLESTEP)
 		mode = MMIOTNG_MODE_EMULATE;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
-	decoded = nbytes && ng_decode_cached(regs->ip, bytes, nbytes, &insn, nested);
-	if (decoded && ng_smap_refuses(&insn, regs)) {
+	insn = nbytes ? ng_decode_cached(regs->ip, bytes, nbytes, &buf, nested) : NULL;
+	decoded = insn;
+	if (decoded && ng_smap_refuses(insn, regs)) {
 		res = ng_untrap(m, address, level, -EPERM) ? NG_HANDLED : NG_NOT_OURS;
 		goto out;
 	}
 	forced = !level && ng_step_forced(regs);
 	if (decoded && mode == MMIOTNG_MODE_EMULATE && !forced) {
-		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, &insn);
+		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, insn);
 		if (emu == NG_EMULATED || emu == NG_YIELD) {
 			this_cpu_inc(ng_stats.emulated);
 			/* as for a fault-in: a task that sleeps in the module holds it */
@@ -700,10 +716,10 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	 * is faulted in first, unless that failed already (then the kernel's
 	 * uaccess fixup ends the copy, as it would without the helper).
 	 */
-	if (decoded && !forced && ng_user_operand_missing(&insn, regs))
+	if (decoded && !forced && ng_user_operand_missing(insn, regs))
 		goto fault_in;
 	/* the mapping stays valid: freeing waits for the debug trap */
-	ng_step_start(regs, m, address, bytes, nbytes, &insn, decoded);
+	ng_step_start(regs, m, address, bytes, nbytes, insn, decoded);
 	goto out;
 fault_in:
 	/*

@@ -104,20 +104,25 @@ static void ng_defer_map(const struct mmiotng_map *ev, unsigned int level)
 static DEFINE_PER_CPU(unsigned int, ng_lost_unsaid);
 
 /* Level 0, interrupts off (the fault path, the irq_work). */
-static void ng_trace(const struct mmiotng_access *a)
+static noinline void ng_trace_lost(const struct mmiotng_access *a, unsigned int lost)
 {
-	unsigned int lost = this_cpu_read(ng_lost_unsaid);
-	struct mmiotng_access r;
+	struct mmiotng_access r = *a;
 
-	lockdep_assert_irqs_disabled();
-	if (!lost) {
-		trace_mmiotng_access(a);
-		return;
-	}
-	r = *a;
 	r.lost = min_t(unsigned int, lost, U16_MAX);
 	this_cpu_sub(ng_lost_unsaid, r.lost);
 	trace_mmiotng_access(&r);
+}
+
+/* Level 0, interrupts off (the fault path, the irq_work). */
+static void ng_trace(const struct mmiotng_access *a)
+{
+	unsigned int lost = this_cpu_read(ng_lost_unsaid);
+
+	lockdep_assert_irqs_disabled();
+	if (unlikely(lost))
+		ng_trace_lost(a, lost);	/* a copy, on its own stack */
+	else
+		trace_mmiotng_access(a);
 }
 
 /* A MAP (or NOT traced) event at level 0: interrupts off while it is traced. */
@@ -134,7 +139,6 @@ static void ng_trace_map(const struct mmiotng_map *ev)
 static void ng_report_deferred(void)
 {
 	struct ng_deferred *q = this_cpu_ptr(ng_deferred)->q;
-	struct mmiotng_access a;
 	unsigned int i, lost;
 
 	for (i = 1; i < NG_LEVELS; i++) {
@@ -153,7 +157,9 @@ static void ng_report_deferred(void)
 		}
 		/* pairs with ng_defer*(): the slot is filled before the head moves */
 		while (q[i].tail != smp_load_acquire(&q[i].head)) {
-			a = q[i].rec[q[i].tail % NG_DEFER_RECS];
+			/* declared here: zeroed (INIT_STACK_ALL_ZERO) only for a record */
+			struct mmiotng_access a = q[i].rec[q[i].tail % NG_DEFER_RECS];
+
 			/* copied before the slot is given back */
 			smp_store_release(&q[i].tail, q[i].tail + 1);
 			ng_trace(&a);
@@ -226,16 +232,38 @@ void ng_report_unarmed(const struct mmiotng_map *ev, unsigned int level)
 		ng_trace_map(ev);
 }
 
+/*
+ * Every field of acc written once (it may be on a stack that was not
+ * zeroed): no memset, and the instruction's bytes as one word, its bytes
+ * past nbytes cleared.  bytes holds NG_COMPAT_MAX_BYTES (>= 8), of which
+ * nbytes were fetched.
+ */
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 		    unsigned long addr, unsigned long ip,
 		    const u8 *bytes, unsigned int nbytes)
 {
-	memset(acc, 0, sizeof(*acc));
+	unsigned int len = min_t(unsigned int, nbytes, MMIOTNG_INSN_BYTES);
+	u64 word;
+
+	BUILD_BUG_ON(sizeof(acc->insn) > NG_COMPAT_MAX_BYTES);
+	BUILD_BUG_ON(sizeof(acc->insn) != sizeof(word));
+	memcpy(&word, bytes, sizeof(word));
+	if (len < MMIOTNG_INSN_BYTES)
+		word &= (1ULL << (8 * len)) - 1;	/* little-endian: the first len */
 	acc->map_virt = m->virt;
 	acc->phys = m->phys + (addr - m->virt);
+	acc->value = 0;
+	acc->compat_value = 0;
 	acc->ip = ip;
-	acc->insn_len = min_t(unsigned int, nbytes, MMIOTNG_INSN_BYTES);
-	memcpy(acc->insn, bytes, acc->insn_len);
+	acc->width = 0;
+	acc->op = 0;
+	acc->compat_width = 0;
+	acc->compat_op = 0;
+	acc->insn_len = len;
+	acc->flags = 0;
+	acc->lost = 0;
+	memcpy(acc->insn, &word, sizeof(word));
+	acc->ts_ns = 0;
 }
 
 /* What the kernel's mmiotrace would print for this access. */
