@@ -42,8 +42,9 @@ if [ -z "$NO_APT" ]; then
     fi
     # vagrant validates vagrant/ in the host tests; its recommends are a mail
     # and NFS server we do not want; dkms for the guest test of
-    # `mmiotrace-ng install-helper` (its recommends: a compiler for every arch)
-    for p in vagrant vagrant-libvirt dkms; do
+    # `mmiotrace-ng install-helper` (its recommends: a compiler for every arch);
+    # a Java runtime for pyspark (tests/unit/test_sql_spark.py)
+    for p in vagrant vagrant-libvirt dkms default-jre-headless; do
         dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || {
             log "installing $p"
             DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p" >/dev/null; }
@@ -66,7 +67,7 @@ else
         log "creating $repo/.venv (sees Debian's bcc)"
         /usr/bin/python3 -m venv --system-site-packages "$repo/.venv"
     fi
-    if ! "$py" -c 'import pyroute2, pytest, capstone, matplotlib, pyarrow, duckdb' 2>/dev/null; then
+    if ! "$py" -c 'import pyroute2, pytest, capstone, matplotlib, pyarrow, duckdb, pyspark' 2>/dev/null; then
         log "installing Python packages"
         # editable as a plain path (.pth), not setuptools' import hook: the
         # hook's imports cost every Python start half a second under TCG
