@@ -1,9 +1,12 @@
 """How the main boot's guest tests are split between guests that run side by
 side (tests/run: ``pytest --shard K/N``).
 
-A guest's tests keep about one host core busy (one Python process at a time,
-the other vCPU mostly idle), so two guests on a two-core host run the main
-boot's tests in little more than half the time.  The split is by file (a
+Measured on a two-core host: one guest with all of them took 1519 s of
+tests (1956 s for the whole tests/run); two side by side took 1322 s and
+1340 s (1805 s in all).  Each test takes about twice as long beside the
+other guest (a guest keeps 1.1-1.9 host cores busy, and four vCPU threads
+on two cores wait on each other), so the split gains about a tenth, not a
+half; on more cores the two run apart.  The split is by file (a
 file's module fixtures are made once), balanced by what each file took in
 the main boot (SECONDS, from a full run's junit file); a file not listed
 counts DEFAULT_SECONDS until it is (tests/unit/test_guest_shards.py fails
