@@ -78,6 +78,24 @@ class Device(Protocol):
     def close(self) -> None: ...
 
 
+def access_format(index: int, size: int, offset: int, width: int) -> str:
+    """The struct format of an access of width bytes at offset in BAR index
+    of size bytes; DeviceError if there is no such width or it is outside."""
+    fmt = FORMATS.get(width)
+    if fmt is None:
+        raise DeviceError(f"BAR {index}: no {width}-byte accesses")
+    if offset < 0 or offset + width > size:
+        raise DeviceError(f"BAR {index}: offset {offset:#x} (+{width}) is outside "
+                          f"its {size:#x} bytes")
+    return fmt
+
+
+def check_value(index: int, width: int, value: int) -> None:
+    """DeviceError if value does not fit a write of width bytes."""
+    if not 0 <= value < 1 << 8 * width:
+        raise DeviceError(f"BAR {index}: {value:#x} is wider than {width} bytes")
+
+
 class BarWindow:
     """A BAR's bytes (an mmap, or any writable buffer in tests) accessed at
     exact widths, every access checked against the BAR's size."""
@@ -91,20 +109,14 @@ class BarWindow:
             raise DeviceError(f"BAR {index}: only {len(self._bytes)} bytes mapped of {size}")
 
     def _view(self, offset: int, width: int) -> memoryview:
-        fmt = FORMATS.get(width)
-        if fmt is None:
-            raise DeviceError(f"BAR {self.index}: no {width}-byte accesses")
-        if offset < 0 or offset + width > self.size:
-            raise DeviceError(f"BAR {self.index}: offset {offset:#x} (+{width}) is outside "
-                              f"its {self.size:#x} bytes")
+        fmt = access_format(self.index, self.size, offset, width)
         return self._bytes[offset:offset + width].cast(fmt)
 
     def read(self, offset: int, width: int) -> int:
         return self._view(offset, width)[0]
 
     def write(self, offset: int, width: int, value: int) -> None:
-        if not 0 <= value < 1 << 8 * width:
-            raise DeviceError(f"BAR {self.index}: {value:#x} is wider than {width} bytes")
+        check_value(self.index, width, value)
         self._view(offset, width)[0] = value
 
     def address(self) -> int:
@@ -122,14 +134,58 @@ class BarWindow:
             self._buf.close()
 
 
-class SysfsDevice:
+class BarAccess(Protocol):
+    """One BAR reached at exact widths (a BarWindow, or VFIO's region)."""
+
+    def read(self, offset: int, width: int) -> int: ...
+
+    def write(self, offset: int, width: int, value: int) -> None: ...
+
+    def address(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Bars:
+    """A device's BARs by index, each a BarAccess: the Device the player
+    plays to."""
+
+    def __init__(self, info: DeviceInfo) -> None:
+        self.info = info
+        self.windows: dict[int, BarAccess] = {}
+        self._virt: dict[int, int] = {}
+
+    def _add(self, index: int, window: BarAccess) -> None:
+        self.windows[index] = window
+        self._virt[index] = window.address()
+
+    def _window(self, bar: int) -> BarAccess:
+        window = self.windows.get(bar)
+        if window is None:
+            raise DeviceError(f"BAR {bar} of {self.info.address} is not mapped")
+        return window
+
+    def read(self, bar: int, offset: int, width: int) -> int:
+        return self._window(bar).read(offset, width)
+
+    def write(self, bar: int, offset: int, width: int, value: int) -> None:
+        self._window(bar).write(offset, width, value)
+
+    def virt(self, bar: int, offset: int) -> int:
+        return self._virt.get(bar, 0) + offset
+
+    def close(self) -> None:
+        for window in self.windows.values():
+            window.close()
+        self.windows.clear()
+
+
+class SysfsDevice(Bars):
     """The BARs of a device mapped through its sysfs resourceN files."""
 
     def __init__(self, info: DeviceInfo, bars: set[int]) -> None:
         """Map the given BARs of info (all must be memory BARs of it)."""
-        self.info = info
-        self.windows: dict[int, BarWindow] = {}
-        self._virt: dict[int, int] = {}
+        super().__init__(info)
         try:
             for index in sorted(bars):
                 self._map(index)
@@ -156,26 +212,4 @@ class SysfsDevice:
             raise DeviceError(f"cannot map {path}: {why}{hint}") from exc
         finally:
             os.close(fd)
-        window = BarWindow(index, buf, bar.size)
-        self.windows[index] = window
-        self._virt[index] = window.address()
-
-    def _window(self, bar: int) -> BarWindow:
-        window = self.windows.get(bar)
-        if window is None:
-            raise DeviceError(f"BAR {bar} of {self.info.address} is not mapped")
-        return window
-
-    def read(self, bar: int, offset: int, width: int) -> int:
-        return self._window(bar).read(offset, width)
-
-    def write(self, bar: int, offset: int, width: int, value: int) -> None:
-        self._window(bar).write(offset, width, value)
-
-    def virt(self, bar: int, offset: int) -> int:
-        return self._virt.get(bar, 0) + offset
-
-    def close(self) -> None:
-        for window in self.windows.values():
-            window.close()
-        self.windows.clear()
+        self._add(index, BarWindow(index, buf, bar.size))

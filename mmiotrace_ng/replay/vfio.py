@@ -24,7 +24,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from .device import FORMATS, BarWindow, DeviceError, DeviceInfo
+from .device import Bars, BarWindow, DeviceError, DeviceInfo, access_format, check_value
 
 # linux/vfio.h: _IO(VFIO_TYPE ';', VFIO_BASE 100 + n)
 _VFIO_TYPE: Final = ord(";")
@@ -87,17 +87,8 @@ class _Region:
         self._fd = fd
         self._offset = offset
 
-    def _check(self, offset: int, width: int) -> str:
-        fmt = FORMATS.get(width)
-        if fmt is None:
-            raise DeviceError(f"BAR {self.index}: no {width}-byte accesses")
-        if offset < 0 or offset + width > self.size:
-            raise DeviceError(f"BAR {self.index}: offset {offset:#x} (+{width}) is outside "
-                              f"its {self.size:#x} bytes")
-        return "=" + fmt
-
     def read(self, offset: int, width: int) -> int:
-        fmt = self._check(offset, width)
+        fmt = "=" + access_format(self.index, self.size, offset, width)
         try:
             data = os.pread(self._fd, width, self._offset + offset)
         except OSError as exc:
@@ -108,9 +99,8 @@ class _Region:
         return int(struct.unpack(fmt, data)[0])
 
     def write(self, offset: int, width: int, value: int) -> None:
-        fmt = self._check(offset, width)
-        if not 0 <= value < 1 << 8 * width:
-            raise DeviceError(f"BAR {self.index}: {value:#x} is wider than {width} bytes")
+        fmt = "=" + access_format(self.index, self.size, offset, width)
+        check_value(self.index, width, value)
         try:
             done = os.pwrite(self._fd, struct.pack(fmt, value), self._offset + offset)
         except OSError as exc:
@@ -125,13 +115,12 @@ class _Region:
         pass
 
 
-class VfioDevice:
+class VfioDevice(Bars):
     """The BARs of a device bound to vfio-pci, through VFIO."""
 
     def __init__(self, info: DeviceInfo, bars: set[int], dev_vfio: Path = DEV_VFIO) -> None:
-        self.info = info
+        super().__init__(info)
         self.group = ""
-        self.windows: dict[int, BarWindow | _Region] = {}
         self._fds: list[int] = []
         try:
             self._open(dev_vfio)
@@ -204,34 +193,12 @@ class VfioDevice:
             except (OSError, ValueError):
                 pass    # read and written instead
             else:
-                self.windows[index] = BarWindow(index, buf, bar.size)
+                self._add(index, BarWindow(index, buf, bar.size))
                 return
-        self.windows[index] = _Region(index, self._device, offset, bar.size)
-
-    def _window(self, bar: int) -> BarWindow | _Region:
-        window = self.windows.get(bar)
-        if window is None:
-            raise DeviceError(f"BAR {bar} of {self.info.address} is not mapped")
-        return window
-
-    def read(self, bar: int, offset: int, width: int) -> int:
-        return self._window(bar).read(offset, width)
-
-    def write(self, bar: int, offset: int, width: int, value: int) -> None:
-        self._window(bar).write(offset, width, value)
-
-    def virt(self, bar: int, offset: int) -> int:
-        window = self.windows.get(bar)
-        return (window.address() if window is not None else 0) + offset
-
-    def mapped(self, bar: int) -> bool:
-        """Whether the BAR is mapped (else reached with pread/pwrite)."""
-        return isinstance(self.windows.get(bar), BarWindow)
+        self._add(index, _Region(index, self._device, offset, bar.size))
 
     def close(self) -> None:
-        for window in self.windows.values():
-            window.close()
-        self.windows.clear()
+        super().close()
         # the device file first: the group lets go of its container after
         for fd in reversed(self._fds):
             os.close(fd)

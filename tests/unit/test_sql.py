@@ -364,14 +364,12 @@ def test_without_the_extra_one_line(argv, module, needs, said, tmp_path, capsys,
     assert not (tmp_path / "out").exists()
 
 
-def test_a_directory_of_machines_is_one_table(tmp_path, capsys):
-    """Exports of several machines' traces in a directory partitioned by
-    host and boot (host=NAME/boot=ID/): DuckDB reads them as one table, the
-    partitions as columns, and the per-register counts of each machine are
-    its own trace's."""
-    duck = duckdb()
+def machines_store(tmp_path: Path, capsys) -> tuple[Path, dict]:
+    """Three machines' exports in a directory partitioned by host and boot
+    (host=NAME/boot=ID/), two of them shorter runs; and what they hold: the
+    count of each (host, boot, register, R|W), from the scripts."""
     store = tmp_path / "store"
-    want = {}
+    want: dict[tuple[str, str, str | None, str], int] = {}
     for host, boot, cut in (("a", "1", None), ("a", "2", 12), ("b", "1", 20)):
         src = text_trace(tmp_path / f"{host}{boot}.txt")
         if cut is not None:     # a shorter run
@@ -383,6 +381,16 @@ def test_a_directory_of_machines_is_one_table(tmp_path, capsys):
             if r[0] in ("R", "W"):
                 key = (host, boot, EDU.get(r[1]), r[0])
                 want[key] = want.get(key, 0) + 1
+    return store, want
+
+
+def test_a_directory_of_machines_is_one_table(tmp_path, capsys):
+    """Exports of several machines' traces in a directory partitioned by
+    host and boot: DuckDB reads them as one table, the partitions as
+    columns, and the per-register counts of each machine are its own
+    trace's."""
+    duck = duckdb()
+    store, want = machines_store(tmp_path, capsys)
     con = duck.connect()
     rows = con.execute(
         "SELECT host, boot, register, kind, count(*) FROM read_parquet(?, "

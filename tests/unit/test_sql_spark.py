@@ -16,7 +16,7 @@ import sys
 
 import pytest
 from ng_require import optional
-from test_sql import BAR0, EDU, export, script, text_trace
+from test_sql import BAR0, machines_store, script
 
 
 def spark_session():
@@ -39,19 +39,7 @@ def spark():
 
 
 def test_spark_reads_a_directory_of_machines_as_one_table(spark, tmp_path, capsys):
-    store = tmp_path / "store"
-    want: dict[tuple[str, str, str | None, str], int] = {}
-    for host, boot, cut in (("a", "1", None), ("a", "2", 12), ("b", "1", 20)):
-        src = text_trace(tmp_path / f"{host}{boot}.txt")
-        if cut is not None:     # a shorter run
-            lines = src.read_text().splitlines(keepends=True)
-            src.write_text("".join(lines[:2 + cut]))
-        export(src, store / f"host={host}" / f"boot={boot}", capsys)
-        part = script() if cut is None else script()[:cut]
-        for r in part:
-            if r[0] in ("R", "W"):
-                key = (host, boot, EDU.get(r[1]), r[0])
-                want[key] = want.get(key, 0) + 1
+    store, want = machines_store(tmp_path, capsys)
     records = (spark.read.option("basePath", str(store))
                .parquet(str(store / "*" / "*" / "records.parquet")))
     records.createOrReplaceTempView("records")
