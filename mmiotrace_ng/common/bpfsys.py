@@ -23,7 +23,7 @@ NR_BPF = 321                               # x86_64
 NR_PERF_EVENT_OPEN = 298
 BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM = 0, 1, 2
 BPF_MAP_GET_NEXT_KEY, BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN = 4, 5, 17
-BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_OBJ_GET_INFO_BY_FD, BPF_ENABLE_STATS, BPF_STATS_RUN_TIME = 15, 32, 0
 # struct bpf_prog_info (include/uapi/linux/bpf.h): the fields read, by offset
 PROG_INFO_SIZE = 224                       # up to verified_insns (5.16)
 PROG_INFO_FIELDS = {"id": (4, "I"), "run_time_ns": (192, "Q"), "run_cnt": (200, "Q"),
@@ -115,6 +115,12 @@ def prog_info(prog_fd: int) -> dict[str, int]:
                                              ctypes.addressof(info)))
     return {name: struct.unpack_from("<" + fmt, info.raw, off)[0]
             for name, (off, fmt) in PROG_INFO_FIELDS.items()}
+
+
+def enable_stats() -> int:
+    """BPF statistics (prog_info's run_cnt, run_time_ns) on while the
+    returned descriptor is open."""
+    return _bpf(BPF_ENABLE_STATS, struct.pack("<I", BPF_STATS_RUN_TIME))
 
 
 def raw_tracepoint_open(tracepoint: str, prog_fd: int) -> int:

@@ -148,12 +148,31 @@ class BarAccess(Protocol):
 
 class Bars:
     """A device's BARs by index, each a BarAccess: the Device the player
-    plays to."""
+    plays to.  A subclass opens the way to the device (_open) and reaches
+    one memory BAR (_map, which calls _add); nothing stays open if either
+    fails."""
 
-    def __init__(self, info: DeviceInfo) -> None:
+    def __init__(self, info: DeviceInfo, bars: set[int]) -> None:
+        """Reach the given BARs of info (all must be memory BARs of it)."""
         self.info = info
         self.windows: dict[int, BarAccess] = {}
         self._virt: dict[int, int] = {}
+        try:
+            self._open()
+            for index in sorted(bars):
+                bar = info.bars.get(index)
+                if bar is None:
+                    raise DeviceError(f"{info.address} has no memory BAR {index}")
+                self._map(index, bar)
+        except DeviceError:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        """What the BARs are reached through, opened (nothing by default)."""
+
+    def _map(self, index: int, bar: pci.Bar) -> None:
+        raise NotImplementedError
 
     def _add(self, index: int, window: BarAccess) -> None:
         self.windows[index] = window
@@ -183,20 +202,7 @@ class Bars:
 class SysfsDevice(Bars):
     """The BARs of a device mapped through its sysfs resourceN files."""
 
-    def __init__(self, info: DeviceInfo, bars: set[int]) -> None:
-        """Map the given BARs of info (all must be memory BARs of it)."""
-        super().__init__(info)
-        try:
-            for index in sorted(bars):
-                self._map(index)
-        except DeviceError:
-            self.close()
-            raise
-
-    def _map(self, index: int) -> None:
-        bar = self.info.bars.get(index)
-        if bar is None:
-            raise DeviceError(f"{self.info.address} has no memory BAR {index}")
+    def _map(self, index: int, bar: pci.Bar) -> None:
         path = self.info.path / f"resource{index}"
         try:
             fd = os.open(path, os.O_RDWR | os.O_SYNC | os.O_CLOEXEC)

@@ -24,6 +24,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
+from ..tracer import pci
 from .device import Bars, BarWindow, DeviceError, DeviceInfo, access_format, check_value
 
 # linux/vfio.h: _IO(VFIO_TYPE ';', VFIO_BASE 100 + n)
@@ -119,16 +120,10 @@ class VfioDevice(Bars):
     """The BARs of a device bound to vfio-pci, through VFIO."""
 
     def __init__(self, info: DeviceInfo, bars: set[int], dev_vfio: Path = DEV_VFIO) -> None:
-        super().__init__(info)
         self.group = ""
         self._fds: list[int] = []
-        try:
-            self._open(dev_vfio)
-            for index in sorted(bars):
-                self._map(index)
-        except DeviceError:
-            self.close()
-            raise
+        self._dev_vfio = dev_vfio
+        super().__init__(info, bars)
 
     def _open_fd(self, path: Path) -> int:
         try:
@@ -140,7 +135,8 @@ class VfioDevice(Bars):
         self._fds.append(fd)
         return fd
 
-    def _open(self, dev_vfio: Path) -> None:
+    def _open(self) -> None:
+        dev_vfio = self._dev_vfio
         group_path = group_node(self.info, dev_vfio)
         self.group = group_path.name
         container = self._open_fd(dev_vfio / "vfio")
@@ -175,10 +171,7 @@ class VfioDevice(Bars):
                               "GROUP_GET_DEVICE_FD")
         self._fds.append(self._device)
 
-    def _map(self, index: int) -> None:
-        bar = self.info.bars.get(index)
-        if bar is None:
-            raise DeviceError(f"{self.info.address} has no memory BAR {index}")
+    def _map(self, index: int, bar: pci.Bar) -> None:
         req = bytearray(REGION_INFO.pack(REGION_INFO.size, 0, index, 0, 0, 0))
         _ioctl(self._device, VFIO_DEVICE_GET_REGION_INFO, req, f"GET_REGION_INFO {index}")
         _argsz, flags, _index, _cap, size, offset = REGION_INFO.unpack(req)

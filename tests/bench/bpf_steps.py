@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +58,7 @@ def main() -> int:
     subprocess.run(["insmod", str(REPO / "kmod" / "mmiotng.ko"), "test_modes=1"], check=True)
     gb.load_exerciser()
     bdf = gb.find_edu()
-    stats = bpfsys._bpf(32, struct.pack("<I", 0))      # BPF_ENABLE_STATS, run time
+    stats = bpfsys.enable_stats()
     res: dict[str, list[tuple[float, float]]] = {}
     try:
         with gb.HelperOnly(bdf, "EMULATE"):

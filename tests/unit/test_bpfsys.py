@@ -138,8 +138,7 @@ def test_prog_info_counts_runs_while_statistics_are_on(fds) -> None:
     fds.append(prog)
     before = bpfsys.prog_info(prog)
     assert before["id"] > 0 and before["run_cnt"] == 0 and before["recursion_misses"] == 0
-    # BPF_ENABLE_STATS (BPF_STATS_RUN_TIME): on while its descriptor is open
-    stats = bpfsys._bpf(32, struct.pack("<I", 0))
+    stats = bpfsys.enable_stats()
     try:
         data = ctypes.create_string_buffer(64)
         # BPF_PROG_TEST_RUN: prog_fd, retval, data_size_in, data_size_out,
