@@ -67,7 +67,7 @@ else
         log "creating $repo/.venv (sees Debian's bcc)"
         /usr/bin/python3 -m venv --system-site-packages "$repo/.venv"
     fi
-    if ! "$py" -c 'import pyroute2, pytest, capstone, matplotlib, pyarrow, duckdb, pyspark' 2>/dev/null; then
+    if ! "$py" -c 'import pyroute2, pytest, xdist, capstone, matplotlib, pyarrow, duckdb, pyspark' 2>/dev/null; then
         log "installing Python packages"
         # editable as a plain path (.pth), not setuptools' import hook: the
         # hook's imports cost every Python start half a second under TCG

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import os
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,6 +44,9 @@ class Check(NamedTuple):
     detail: str
 
 
+_CONFIG_LINE = re.compile(r"^CONFIG_([^=\n]+)=(.*)$", re.MULTILINE)
+
+
 def kernel_config(root: Path, release: str) -> tuple[dict[str, str], str] | None:
     """The running kernel's configuration and where it was read, if readable."""
     boot = root / "boot" / f"config-{release}"
@@ -55,12 +59,9 @@ def kernel_config(root: Path, release: str) -> tuple[dict[str, str], str] | None
             where = str(proc)
         except (OSError, EOFError, gzip.BadGzipFile):
             return None
-    opts = {}
-    for line in text.splitlines():
-        if line.startswith("CONFIG_") and "=" in line:
-            key, _, value = line.partition("=")
-            opts[key.removeprefix("CONFIG_")] = value
-    return opts, where
+    # one regular expression over the text: a loop over its 10,000 lines
+    # took a third of a second of a TCG guest's start
+    return dict(_CONFIG_LINE.findall(text)), where
 
 
 def check_options(root: Path, release: str, skip: frozenset[str] = frozenset()) -> Check:
