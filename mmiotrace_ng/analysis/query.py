@@ -31,6 +31,7 @@ from ..common.helpformat import ExamplesFormatter
 from ..common.output import writing
 from .accesses import note_unapplied, open_trace, register_namer
 from .extras import require
+from .tablefiles import table_files
 
 FETCH: Final = 10000               # rows fetched at a time
 NULL_CELL: Final = "-"             # NULL in the aligned table
@@ -158,15 +159,6 @@ def run(args: argparse.Namespace) -> int:
         write_parquet(trace, tmp, namer, compression="lz4")
         note_unapplied(namer, args.regs, "query")
         return _query(args, table_files(tmp), sql)
-
-
-def table_files(directory: str) -> dict[str, str] | None:
-    """The Parquet files of an export: table name -> path; None if it has
-    no records.parquet (devices and mappings may be missing: empty)."""
-    from .table import SUFFIX, TABLES
-
-    files = {t: os.path.join(directory, t + SUFFIX) for t in TABLES}
-    return files if os.path.isfile(files["records"]) else None
 
 
 def _literal(text: str) -> str:

@@ -42,12 +42,11 @@ from ..format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
 from ..format.records import NgRecAccess, NgRecHdr, NgRecType
 from .accesses import NO_CPU, Event, RegisterNames, events, record_events, valid_text
 from .annotate import parse_pcidev
+from .tablefiles import SUFFIX, TABLES
 from .tracefile import Trace, TraceError
 
 SCHEMA_VERSION: Final = 1
 ROWS: Final = 1 << 18               # records per batch (and Parquet row group)
-TABLES: Final = ("records", "devices", "mappings")
-SUFFIX: Final = ".parquet"
 CACHE: Final = 1 << 16              # symbols, regions and fields remembered
 META_KEY: Final = b"mmiotrace_ng.schema"
 
@@ -588,8 +587,3 @@ def write_parquet(trace: Trace, out_dir: str, namer: RegisterNames | None = None
             raise UsageError(f"cannot write {out_dir}: {exc.strerror or exc}") from exc
         raise
     return conv.counts
-
-
-def is_export(path: str) -> bool:
-    """Whether path is a directory export --parquet wrote (its records.parquet)."""
-    return os.path.isfile(os.path.join(path, "records" + SUFFIX))

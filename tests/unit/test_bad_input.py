@@ -84,6 +84,17 @@ def test_unreadable_files(reader, tmp_path, capsys):
         2, "", f"mmiotrace-ng: cannot read {tmp_path}: Is a directory\n")
 
 
+@pytest.mark.parametrize("reader", ["query", "export parquet"])
+def test_unreadable_files_where_the_sql_packages_are_missing(reader, tmp_path, capsys,
+                                                             monkeypatch):
+    """A release without pyarrow (trixie): a file that cannot be read is
+    said as everywhere, not a traceback of the missing import."""
+    for name in ("pyarrow", "pyarrow.parquet", "duckdb", "numpy"):
+        monkeypatch.setitem(sys.modules, name, None)     # import raises ImportError
+    monkeypatch.delitem(sys.modules, "mmiotrace_ng.analysis.table", raising=False)
+    test_unreadable_files(reader, tmp_path, capsys)
+
+
 def test_report_of_a_text_trace(tmp_path, capsys):
     path = tmp_path / "t.txt"
     path.write_text("VERSION 20070824\n")
