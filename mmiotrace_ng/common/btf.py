@@ -5,15 +5,25 @@ BTF is a header, a type section and a string section.  A variable is a VAR
 type (with pahole's global variable encoding all of them, else only the
 per-CPU ones) whose type, through typedefs and qualifiers, has a size: an
 integer, struct, union, enum or float says it, an array is its element's
-times the count, a pointer 8 bytes (64-bit kernels)."""
+times the count, a pointer 8 bytes (64-bit kernels).
+
+Parsing the kernel's BTF (over 100,000 types) takes a third of a second, and
+ten under TCG; each variable's size is therefore kept in a file of
+/var/cache/mmiotrace-ng/btf named by a digest of the BTF's bytes (and its
+base's, for a module's), and read from there on later starts."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 import struct
 from pathlib import Path
 
 SYSFS = Path("/sys/kernel/btf")
+CACHE_DIR = Path("/var/cache/mmiotrace-ng/btf")
+CACHE_FORMAT = 1
 MAGIC = 0xEB9F
 POINTER_SIZE = 8
 
@@ -151,29 +161,128 @@ class BTF:
             return None
         return sizes.pop()
 
+    def variable_sizes(self) -> dict[str, int]:
+        """Each of this BTF's own variables that has one size, and its size."""
+        out = {}
+        for name in self._vars:
+            size = self.variable_size(name)
+            if size is not None:
+                out[name] = size
+        return out
+
+
+@functools.lru_cache(maxsize=8)
+def _read(module: str) -> bytes | None:
+    """The bytes of the kernel's BTF (module "") or a loaded module's,
+    None if there are none; BTFError if they cannot be read."""
+    path = SYSFS / (module or "vmlinux")
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BTFError(f"cannot read {path}: {exc.strerror}") from exc
+
 
 @functools.lru_cache(maxsize=8)
 def load(module: str = "") -> BTF | None:
     """The running kernel's BTF (module "") or a loaded module's, None if
     the kernel has none for it; BTFError if it cannot be read."""
-    path = SYSFS / (module or "vmlinux")
     base = load() if module else None
     if module and base is None:
         return None
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = _read(module)
+    if data is None:
         return None
-    except OSError as exc:
-        raise BTFError(f"cannot read {path}: {exc.strerror}") from exc
     try:
         return BTF(data, base)
     except (BTFError, struct.error, ValueError) as exc:
-        raise BTFError(f"{path}: {exc}") from exc
+        raise BTFError(f"{SYSFS / (module or 'vmlinux')}: {exc}") from exc
+
+
+def clear_caches() -> None:
+    """Forget what this process read (the files stay)."""
+    for fn in (_read, load, variable_sizes):
+        fn.cache_clear()
+
+
+def present(module: str = "") -> bool:
+    """Whether the kernel has BTF for itself (module "") or for a module."""
+    return (SYSFS / "vmlinux").exists() and (not module or (SYSFS / module).exists())
+
+
+def _cache_key(module: str) -> str | None:
+    """A digest of the BTF a module's (or the kernel's) sizes come from:
+    its bytes, and its base's for a module."""
+    data = _read(module)
+    base = _read("") if module else b""
+    if data is None or base is None:
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    for part in (str(CACHE_FORMAT).encode(), base, data):
+        h.update(len(part).to_bytes(8, "little") + part)
+    return h.hexdigest()
+
+
+def _trusted(path: Path) -> bool:
+    """Only a directory this user owns and nobody else may write is read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _cached_sizes(key: str, cache_dir: Path) -> dict[str, int] | None:
+    if not _trusted(cache_dir):
+        return None
+    try:
+        sizes = json.loads((cache_dir / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(sizes, dict) or not all(
+            isinstance(k, str) and type(v) is int and v > 0 for k, v in sizes.items()):
+        return None
+    return sizes
+
+
+def _store_sizes(key: str, sizes: dict[str, int], cache_dir: Path) -> None:
+    """Best effort: a cache that cannot be written only costs time."""
+    try:
+        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _trusted(cache_dir):
+            return
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(sizes, fh, separators=(",", ":"))
+        os.replace(tmp, cache_dir / f"{key}.json")
+    except OSError:
+        pass
+
+
+@functools.lru_cache(maxsize=8)
+def variable_sizes(module: str = "") -> dict[str, int] | None:
+    """Each variable of the kernel (module "") or of a loaded module that
+    has one size, and its size: from the cache when it has this BTF, else
+    parsed (and kept there).  None where there is no BTF."""
+    cache_dir = CACHE_DIR
+    key = _cache_key(module)
+    if key is None:
+        return None
+    sizes = _cached_sizes(key, cache_dir)
+    if sizes is None:
+        btf = load(module)
+        if btf is None:
+            return None
+        sizes = btf.variable_sizes()
+        _store_sizes(key, sizes, cache_dir)
+    return sizes
 
 
 def variable_size(name: str, module: str = "") -> int | None:
     """The size of a variable of the kernel (module "") or of a loaded
     module, from the BTF in /sys/kernel/btf; None where it has none."""
-    btf = load(module)
-    return btf.variable_size(name) if btf else None
+    sizes = variable_sizes(module)
+    return sizes.get(name) if sizes is not None else None

@@ -97,7 +97,7 @@ def _size(sym: Symbol) -> tuple[int | None, str]:
     """The size of a variable, or None and why there is none."""
     try:
         size = btf_variable_size(sym.name, sym.module)
-        btf_why = "none in its BTF" if btf.load(sym.module) else "no BTF"
+        btf_why = "none in its BTF" if btf.present(sym.module) else "no BTF"
     except btf.BTFError as exc:
         size, btf_why = None, str(exc)
     if size is not None:

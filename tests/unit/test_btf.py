@@ -4,8 +4,10 @@ running kernel's own BTF where this host has one."""
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from ng_require import missing
@@ -166,22 +168,64 @@ def test_a_type_running_past_its_section():
         BTF(b.bytes())
 
 
-def test_load_from_sysfs(tmp_path, monkeypatch):
+@pytest.fixture
+def sysfs(tmp_path, monkeypatch) -> Path:
+    """A /sys/kernel/btf of the test's blobs, and a cache directory of its own."""
     b = base_blob()
-    (tmp_path / "vmlinux").write_bytes(b.bytes())
-    (tmp_path / "edu_exerciser").write_bytes(module_blob(b).bytes())
-    (tmp_path / "broken").write_bytes(bytes(32))        # no magic
-    monkeypatch.setattr(btf, "SYSFS", tmp_path)
-    btf.load.cache_clear()
-    try:
-        assert btf.variable_size("v_grid") == 111
-        assert btf.variable_size("mod_state_v", "edu_exerciser") == 48
-        assert btf.variable_size("mod_state_v") is None
-        assert btf.variable_size("x", "not_loaded") is None
-        with pytest.raises(BTFError, match="broken"):
-            btf.variable_size("x", "broken")
-    finally:
-        btf.load.cache_clear()
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "vmlinux").write_bytes(b.bytes())
+    (tmp_path / "sys" / "edu_exerciser").write_bytes(module_blob(b).bytes())
+    (tmp_path / "sys" / "broken").write_bytes(bytes(32))        # no magic
+    monkeypatch.setattr(btf, "SYSFS", tmp_path / "sys")
+    monkeypatch.setattr(btf, "CACHE_DIR", tmp_path / "cache")
+    btf.clear_caches()
+    yield tmp_path
+    btf.clear_caches()
+
+
+def test_load_from_sysfs(sysfs):
+    assert btf.variable_size("v_grid") == 111
+    assert btf.variable_size("mod_state_v", "edu_exerciser") == 48
+    assert btf.variable_size("mod_state_v") is None
+    assert btf.variable_size("x", "not_loaded") is None
+    assert btf.present("edu_exerciser") and not btf.present("not_loaded")
+    with pytest.raises(BTFError, match="broken"):
+        btf.variable_size("x", "broken")
+
+
+def test_sizes_come_from_the_cache_of_the_same_btf_only(sysfs):
+    """A later start reads the sizes from the cache, without parsing; a BTF
+    that changed (a module built again) is parsed again; a cache file that is
+    not what this tool writes, or a directory others may write, is ignored."""
+    assert btf.variable_size("mod_state_v", "edu_exerciser") == 48
+    cache = sysfs / "cache"
+    assert cache.stat().st_mode & 0o777 == 0o700
+    files = sorted(cache.glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["mod_state_v"] == 48
+    # what a later start finds in the cache is what it uses, unparsed
+    files[0].write_text(json.dumps({"mod_state_v": 12}))
+    btf.clear_caches()
+    with mock.patch.object(btf, "BTF", side_effect=AssertionError("parsed")):
+        assert btf.variable_size("mod_state_v", "edu_exerciser") == 12
+    # the module is built again with a larger struct: another key, parsed again
+    b = base_blob()
+    m = Blob(base=b)
+    m.var("mod_state_v", m.add(STRUCT, "mod_state", 64, 1, m.u32s(m._str("regs"), 3, 0)), 64)
+    m.datasec()
+    (sysfs / "sys" / "edu_exerciser").write_bytes(m.bytes())
+    btf.clear_caches()
+    assert btf.variable_size("mod_state_v", "edu_exerciser") == 64
+    assert len(list(cache.glob("*.json"))) == 2
+    (sysfs / "sys" / "edu_exerciser").write_bytes(module_blob(b).bytes())
+    # a file that is not a map of names to sizes: parsed again
+    files[0].write_text(json.dumps({"mod_state_v": "48"}))
+    btf.clear_caches()
+    assert btf.variable_size("mod_state_v", "edu_exerciser") == 48
+    # a directory others may write: not read
+    files[0].write_text(json.dumps({"mod_state_v": 12}))
+    cache.chmod(0o777)
+    btf.clear_caches()
+    assert btf.variable_size("mod_state_v", "edu_exerciser") == 48
 
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")

@@ -36,7 +36,7 @@ def btf_sizes(monkeypatch) -> dict[tuple[str, str], int]:
     sizes: dict[tuple[str, str], int] = {}
     monkeypatch.setattr(rq, "btf_variable_size",
                         lambda name, module="": sizes.get((module, name)))
-    monkeypatch.setattr(rq.btf, "load", lambda module="": None)
+    monkeypatch.setattr(rq.btf, "present", lambda module="": False)
     return sizes
 
 
