@@ -28,7 +28,7 @@ SECONDS = {
     "test_histogram.py": 15,
     "test_install.py": 51,
     "test_kernel_reference.py": 30,
-    "test_ksym.py": 258,
+    "test_ksym.py": 200,               # 258 before the BTF cache (measured on 6.12 after)
     "test_large_bars.py": 34,
     "test_lockdown.py": 0,             # its boot only
     "test_lockdown_integrity.py": 0,   # its boot only
