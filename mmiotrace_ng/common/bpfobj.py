@@ -15,11 +15,12 @@ of freshly created maps.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import struct
 from pathlib import Path
 from typing import NamedTuple
+
+from .cachedir import read_text, store_text
 
 FORMAT = 1                       # bump when the cached layout changes
 CACHE_DIR = Path("/var/cache/mmiotrace-ng/bpf")
@@ -119,22 +120,9 @@ def cache_key(source: Path, headers: list[Path], cflags: list[str], bcc_version:
     return h.hexdigest()[:32]
 
 
-def trusted_dir(path: Path) -> bool:
-    """Only a directory this (root) user owns and nobody else may write is
-    used: its contents are loaded into the kernel."""
-    try:
-        st = path.stat()
-    except OSError:
-        return False
-    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
 def load_cached(key: str, cache_dir: Path = CACHE_DIR) -> BpfObject | None:
-    if not trusted_dir(cache_dir):
-        return None
-    try:
-        text = (cache_dir / f"{key}.json").read_text()
-    except OSError:
+    text = read_text(cache_dir, f"{key}.json")
+    if text is None:
         return None
     try:
         return BpfObject.from_json(text)
@@ -144,15 +132,4 @@ def load_cached(key: str, cache_dir: Path = CACHE_DIR) -> BpfObject | None:
 
 def store(key: str, obj: BpfObject, cache_dir: Path = CACHE_DIR) -> None:
     """Best effort: a cache that cannot be written only costs time."""
-    try:
-        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not trusted_dir(cache_dir):
-            return
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(obj.to_json())
-        os.replace(tmp, cache_dir / f"{key}.json")
-    except OSError:
-        pass
+    store_text(cache_dir, f"{key}.json", obj.to_json())

@@ -17,9 +17,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import struct
 from pathlib import Path
+
+from .cachedir import read_text, store_text
 
 SYSFS = Path("/sys/kernel/btf")
 CACHE_DIR = Path("/var/cache/mmiotrace-ng/btf")
@@ -224,42 +225,18 @@ def _cache_key(module: str) -> str | None:
     return h.hexdigest()
 
 
-def _trusted(path: Path) -> bool:
-    """Only a directory this user owns and nobody else may write is read."""
-    try:
-        st = path.stat()
-    except OSError:
-        return False
-    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
 def _cached_sizes(key: str, cache_dir: Path) -> dict[str, int] | None:
-    if not _trusted(cache_dir):
+    text = read_text(cache_dir, f"{key}.json")
+    if text is None:
         return None
     try:
-        sizes = json.loads((cache_dir / f"{key}.json").read_text())
-    except (OSError, ValueError):
+        sizes = json.loads(text)
+    except ValueError:
         return None
     if not isinstance(sizes, dict) or not all(
             isinstance(k, str) and type(v) is int and v > 0 for k, v in sizes.items()):
         return None
     return sizes
-
-
-def _store_sizes(key: str, sizes: dict[str, int], cache_dir: Path) -> None:
-    """Best effort: a cache that cannot be written only costs time."""
-    try:
-        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _trusted(cache_dir):
-            return
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(sizes, fh, separators=(",", ":"))
-        os.replace(tmp, cache_dir / f"{key}.json")
-    except OSError:
-        pass
 
 
 @functools.lru_cache(maxsize=8)
@@ -277,7 +254,7 @@ def variable_sizes(module: str = "") -> dict[str, int] | None:
         if btf is None:
             return None
         sizes = btf.variable_sizes()
-        _store_sizes(key, sizes, cache_dir)
+        store_text(cache_dir, f"{key}.json", json.dumps(sizes, separators=(",", ":")))
     return sizes
 
 

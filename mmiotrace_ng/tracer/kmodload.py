@@ -159,7 +159,7 @@ def _sources_digest(release: str) -> str:
 def _built_before(work: Path, digest: str, release: str) -> bool:
     """Whether work holds a helper built from these sources for release, in
     a directory only root may write (the module is loaded into the kernel)."""
-    from ..common.bpfobj import trusted_dir
+    from ..common.cachedir import trusted_dir
 
     ko = work / f"{MODULE}.ko"
     try:
