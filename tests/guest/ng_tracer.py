@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -130,6 +129,17 @@ def helper_status() -> dict[str, int]:
         return h.status()._asdict()
 
 
+def copy_in_large_writes(src: Path, dst: Path) -> None:
+    """Copy src to dst in writes of 1 MiB: shutil.copyfile's sendfile
+    writes to the 9p share a page pipe at a time, 4x slower here (a 337 MB
+    recording: 19 s against 5 s)."""
+    with src.open("rb") as fin, dst.open("wb", buffering=0) as fout:
+        while chunk := fin.read(1 << 20):
+            view = memoryview(chunk)
+            while view:
+                view = view[fout.write(view):]
+
+
 def recorded_for_host(name: str, argv: list[str], *, bdf: str, bar0: int,
                       **facts: object) -> subprocess.CompletedProcess[str]:
     """Run mmiotrace-ng with argv ("{rec}" in it: the recording's path) to
@@ -151,7 +161,7 @@ def recorded_for_host(name: str, argv: list[str], *, bdf: str, bar0: int,
                              capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr
         assert local.stat().st_size > 0, res.stderr
-        shutil.copyfile(local, rec)
+        copy_in_large_writes(local, rec)
     finally:
         local.unlink(missing_ok=True)
     path.write_text(json.dumps({"bdf": bdf, "bar0": bar0, "made": time.time(), **facts}))
