@@ -10,7 +10,10 @@
  * - iounmap entry -> UNMAP of a mapping that has a map id;
  * - the helper's tracepoint mmiotng_access (raw tracepoint) -> one access
  *   record (R/W/UNKNOWN);
- * - the helper's tracepoint mmiotng_mark (trace_marker writes) -> MARK.
+ * - the helper's tracepoint mmiotng_mark (trace_marker writes) -> MARK;
+ * - irq_handler_entry/exit (raw tracepoints) of an interrupt in irq_lines
+ *   (the traced devices' lines and vectors) -> IRQ; __setup_irq entry (a
+ *   kprobe) keeps irq_lines up to date as drivers request MSI vectors.
  *
  * Everything goes into one ring buffer.  A failed reserve counts a drop on
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
@@ -23,6 +26,10 @@
  */
 #include <uapi/linux/ptrace.h>
 #include <linux/types.h>
+#include <linux/device.h>
+#include <linux/interrupt.h>
+#include <linux/irq.h>
+#include <linux/msi.h>
 
 #include "mmiotrace_ng.h"
 
@@ -69,6 +76,13 @@ BPF_PERCPU_ARRAY(woken_ns, u64, 1);
 BPF_ARRAY(map_ids_gen, u32, 1);
 /* the map id of the mapping of this CPU's last access */
 BPF_PERCPU_ARRAY(map_cache, struct ng_map_cache, 1);
+/* interrupt number -> the traced device it is of (the loader fills it with
+ * the lines and vectors the devices have at the start, on_setup_irq with
+ * the vectors requested later)
+ */
+BPF_HASH(irq_lines, u32, struct ng_irq_dev, 1024);
+/* the traced devices, by name (the value is unused) */
+BPF_HASH(irq_devs, struct ng_irq_dev, u8, 256);
 
 /* map_ids changed: cached map ids are looked up again */
 static __always_inline void ng_map_ids_changed(void)
@@ -432,4 +446,74 @@ int on_mark(struct bpf_raw_tracepoint_args *ctx)
 	bpf_probe_read_kernel(r->text, NG_MARK_MAX, text);
 	events.ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;
+}
+
+/*
+ * __setup_irq(irq, desc, action) entry: a handler is being installed.  If
+ * the interrupt is an MSI/MSI-X vector of a traced device, it goes into
+ * irq_lines; a vector of another device leaves it (its number may have been
+ * a traced device's before).  Lines that are not MSI (INTx) have no device
+ * here: the loader put the traced devices' in at the start.
+ */
+int on_setup_irq(struct pt_regs *ctx)
+{
+	struct irq_desc *desc = (struct irq_desc *)PT_REGS_PARM2(ctx);
+	u32 irq = (u32)PT_REGS_PARM1(ctx);
+	struct ng_irq_dev d = {};
+	struct msi_desc *msi = NULL;
+	struct device *dev = NULL;
+	const char *name = NULL;
+
+	bpf_probe_read_kernel(&msi, sizeof(msi), &desc->irq_common_data.msi_desc);
+	if (!msi)
+		return 0;
+	bpf_probe_read_kernel(&dev, sizeof(dev), &msi->dev);
+	if (dev)
+		bpf_probe_read_kernel(&name, sizeof(name), &dev->kobj.name);
+	if (name)
+		bpf_probe_read_kernel_str(d.name, sizeof(d.name), name);
+	if (irq_devs.lookup(&d))
+		irq_lines.update(&irq, &d);
+	else
+		irq_lines.delete(&irq);
+	return 0;
+}
+
+/* IRQ record of a handler's entry (exit 0) or exit (1, with its result) */
+static __always_inline int ng_irq(struct bpf_raw_tracepoint_args *ctx, u8 exit)
+{
+	struct irqaction *action = (struct irqaction *)ctx->args[1];
+	u32 irq = (u32)ctx->args[0];
+	const char *name = NULL;
+	struct ng_irq_dev *d;
+	struct ng_rec_irq *r;
+
+	d = irq_lines.lookup(&irq);
+	if (!d || ng_config(NG_CONFIG_HISTOGRAM))
+		return 0;
+	r = ng_reserve(sizeof(*r), NG_REC_IRQ);
+	if (!r)
+		return 0;
+	r->irq = irq;
+	r->pid = bpf_get_current_pid_tgid();
+	r->exit = exit;
+	r->ret = exit ? (u8)ctx->args[2] : 0;
+	__builtin_memset(r->pad, 0, sizeof(r->pad));
+	__builtin_memcpy(r->dev, d->name, sizeof(r->dev));
+	__builtin_memset(r->handler, 0, sizeof(r->handler));
+	bpf_probe_read_kernel(&name, sizeof(name), &action->name);
+	if (name)
+		bpf_probe_read_kernel_str(r->handler, sizeof(r->handler), name);
+	events.ringbuf_submit(r, 0);
+	return 0;
+}
+
+int on_irq_entry(struct bpf_raw_tracepoint_args *ctx)
+{
+	return ng_irq(ctx, 0);
+}
+
+int on_irq_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	return ng_irq(ctx, 1);
 }

@@ -21,7 +21,11 @@ enum ng_rec_type {
 	NG_REC_ACCESS = 3,
 	NG_REC_MARK = 4,
 	NG_REC_UNTRACED = 5,
+	NG_REC_IRQ = 6,
 };
+
+/* a device's name (its PCI address, "0000:00:05.0") or a handler's, NUL-padded */
+#define NG_NAME_LEN	16
 
 /*
  * Settings, written by the loader into the BPF map "config" (u32 values at
@@ -102,6 +106,26 @@ struct ng_rec_untraced {
 	__u64 len;
 	__s32 err;		/* why: -errno (mmiotrace_ng/format/render.py says it in words) */
 	__u32 pid;
+};
+
+/*
+ * IRQ: the hard interrupt handler of a traced device's interrupt line or
+ * MSI vector ran: its entry, then its exit with the result.
+ */
+struct ng_rec_irq {
+	struct ng_rec_hdr hdr;
+	__u32 irq;		/* the Linux interrupt number */
+	__u32 pid;		/* the task it interrupted */
+	__u8 exit;		/* 0: the handler's entry, 1: its exit */
+	__u8 ret;		/* exit: irqreturn_t (IRQ_HANDLED 1, IRQ_WAKE_THREAD 2) */
+	__u8 pad[6];
+	char dev[NG_NAME_LEN];		/* the traced device the line is of */
+	char handler[NG_NAME_LEN];	/* the name the handler was requested with */
+};
+
+/* the value of the map "irq_lines": the traced device an interrupt is of */
+struct ng_irq_dev {
+	char name[NG_NAME_LEN];
 };
 
 /* --histogram: the key of the map "hist", one per register and place */

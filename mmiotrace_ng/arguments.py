@@ -85,6 +85,10 @@ def add_text_options(ap: argparse.ArgumentParser) -> None:
                     help="print UNKNOWN where the kernel's decoder would, not the decoded R/W")
     ap.add_argument("--pc", action="store_true", help="print instruction addresses")
     ap.add_argument("--pid", action="store_true", help="print process ids")
+    ap.add_argument("--irq", action="store_true",
+                    help="add the traced devices' interrupts as MARK lines: each hard handler's "
+                         "entry and exit, e.g. 'MARK 12.000100 irq 24 0000:00:05.0 enter "
+                         "edu' and '... exit handled' (recordings always keep them)")
 
 
 def add_selection_options(ap: argparse.ArgumentParser) -> None:
@@ -190,8 +194,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.output = None      # standard output
     if args.interval is not None and (not args.histogram or args.interval <= 0):
         ap.error("-i SECONDS needs --histogram and a positive number")
-    if args.histogram and (args.raw or args.compat):
-        ap.error("--histogram keeps counts, not records: no --raw or --compat with it")
+    if args.histogram and (args.raw or args.compat or args.irq):
+        ap.error("--histogram keeps counts, not records: no --raw, --compat or --irq with it")
     return args
 
 

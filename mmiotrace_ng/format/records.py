@@ -22,6 +22,7 @@ from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG
 
 NG_MARK_MAX: Final = 4096
 NG_INSN_BYTES: Final = 8
+NG_NAME_LEN: Final = 16
 
 
 class NgRecType(IntEnum):
@@ -32,6 +33,7 @@ class NgRecType(IntEnum):
     NG_REC_ACCESS = 3
     NG_REC_MARK = 4
     NG_REC_UNTRACED = 5
+    NG_REC_IRQ = 6
 
 
 #: the op values an access record may carry (MMIOTNG_OP_* of kmod/mmiotng_abi.h)
@@ -139,7 +141,28 @@ class NgRecUntraced(ctypes.Structure):
     ]
 
 
-Record = NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced
+class NgRecIrq(ctypes.Structure):
+    """struct ng_rec_irq: a traced device's interrupt handler's entry or exit."""
+
+    _fields_ = [
+        ("hdr", NgRecHdr),
+        ("irq", ctypes.c_uint32),
+        ("pid", ctypes.c_uint32),
+        ("exit", ctypes.c_uint8),
+        ("ret", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 6),
+        ("dev", ctypes.c_char * NG_NAME_LEN),
+        ("handler", ctypes.c_char * NG_NAME_LEN),
+    ]
+
+
+class NgIrqDev(ctypes.Structure):
+    """struct ng_irq_dev: the traced device an interrupt is of (map irq_lines)."""
+
+    _fields_ = [("name", ctypes.c_char * NG_NAME_LEN)]
+
+
+Record = NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq
 
 RECORD_CLASSES: Final[dict[NgRecType, type[ctypes.Structure]]] = {
     NgRecType.NG_REC_MAP: NgRecMap,
@@ -147,6 +170,7 @@ RECORD_CLASSES: Final[dict[NgRecType, type[ctypes.Structure]]] = {
     NgRecType.NG_REC_ACCESS: NgRecAccess,
     NgRecType.NG_REC_MARK: NgRecMark,
     NgRecType.NG_REC_UNTRACED: NgRecUntraced,
+    NgRecType.NG_REC_IRQ: NgRecIrq,
 }
 
 # C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
@@ -185,6 +209,8 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_unmap": NgRecUnmap,
     "ng_rec_mark": NgRecMark,
     "ng_rec_untraced": NgRecUntraced,
+    "ng_rec_irq": NgRecIrq,
+    "ng_irq_dev": NgIrqDev,
     "ng_hist_key": NgHistKey,
     "ng_hist_val": NgHistVal,
 }

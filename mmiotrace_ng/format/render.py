@@ -23,6 +23,7 @@ from mmiotrace_ng.format.records import (
     VALID_OPS,
     BadRecord,
     NgRecAccess,
+    NgRecIrq,
     NgRecMap,
     NgRecMark,
     NgRecType,
@@ -64,11 +65,14 @@ class Options(NamedTuple):
     """compat: print what the kernel's mmiotrace would (compat_op/width/value).
     show_pc: print the instruction address instead of 0x0 (the kernel's
     trace_pc=1 does so for R/W/UNKNOWN only; in compat mode MAP/UNMAP keep 0x0).
-    show_pid: print the pid instead of 0 (the kernel always prints 0)."""
+    show_pid: print the pid instead of 0 (the kernel always prints 0).
+    irq: print the traced devices' interrupts as MARK lines (irq_line); the
+    20070824 text has no line of its own for them."""
 
     compat: bool = False
     show_pc: bool = False
     show_pid: bool = False
+    irq: bool = False
 
 
 DEFAULT_OPTIONS: Final = Options()
@@ -132,6 +136,26 @@ def mark_line(rec: NgRecMark) -> str:
     text = text.split(b"\0", 1)[0]
     secs, usecs = ts_parts(rec.hdr.ts_ns)
     return FMT_MARK % (secs, usecs, text.decode(ENCODING, ERRORS))
+
+
+# irqreturn_t's bits (include/linux/irqreturn.h) as an IRQ line names them
+IRQ_RESULTS: Final = ((1, "handled"), (2, "wake-thread"))
+
+
+def irq_text(rec: NgRecIrq) -> str:
+    """What an IRQ record says: "irq 24 0000:00:05.0 enter edu" at a
+    handler's entry (its name last), "irq 24 0000:00:05.0 exit handled" at
+    its exit (none: IRQ_NONE, the interrupt was not the handler's)."""
+    dev = rec.dev.decode(ENCODING, ERRORS)
+    if not rec.exit:
+        return f"irq {rec.irq} {dev} enter {rec.handler.decode(ENCODING, ERRORS)}"
+    result = "+".join(name for bit, name in IRQ_RESULTS if rec.ret & bit) or "none"
+    return f"irq {rec.irq} {dev} exit {result}"
+
+
+def irq_line(rec: NgRecIrq) -> str:
+    secs, usecs = ts_parts(rec.hdr.ts_ns)
+    return FMT_MARK % (secs, usecs, irq_text(rec) + "\n")
 
 
 # Why the helper left a mapping of a traced range unarmed (-errno of the
@@ -205,6 +229,8 @@ def record_text(rec: Record, opts: Options = DEFAULT_OPTIONS) -> str:
         return lost + unmap_line(rec, opts)
     if isinstance(rec, NgRecUntraced):
         return lost + untraced_line(rec)
+    if isinstance(rec, NgRecIrq):
+        return lost + (irq_line(rec) if opts.irq else "")
     return lost + mark_line(rec)
 
 
@@ -334,9 +360,10 @@ class Renderer:
     tracer to repeat on stderr (the caller empties it)."""
 
     def __init__(
-        self, compat: bool = False, show_pc: bool = False, show_pid: bool = False
+        self, compat: bool = False, show_pc: bool = False, show_pid: bool = False,
+        irq: bool = False,
     ) -> None:
-        self.options = Options(compat, show_pc, show_pid)
+        self.options = Options(compat, show_pc, show_pid, irq)
         self.counts: dict[NgRecType, int] = dict.fromkeys(NgRecType, 0)
         self.lost = 0
         self.bad = 0

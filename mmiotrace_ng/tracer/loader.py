@@ -28,9 +28,12 @@ from ..format.records import (
     NG_CONFIG_ALL,
     NG_CONFIG_HISTOGRAM,
     NG_CONFIG_TRACER,
+    NG_NAME_LEN,
     NgHistKey,
     NgHistVal,
+    NgIrqDev,
 )
+from . import pci
 
 IOREMAP_FAMILY = ("ioremap", "ioremap_uc", "ioremap_wc", "ioremap_wt", "ioremap_cache",
                   "ioremap_prot", "ioremap_encrypted")
@@ -47,11 +50,16 @@ def kernel_functions(names: tuple[str, ...]) -> list[str]:
 
 
 PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
-            "on_map")
+            "on_map", "on_setup_irq", "on_irq_entry", "on_irq_exit")
 # Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
 # also run when the access is made from inside another kprobe's handler).
 TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP,
                        "on_map": MMIOTNG_MAP_TP}
+# The traced devices' interrupts (--irq, record): the kernel's tracepoints
+# around each hard interrupt handler, and where a handler is installed.
+IRQ_TRACEPOINTS = {"on_irq_entry": "irq_handler_entry", "on_irq_exit": "irq_handler_exit"}
+IRQ_SETUP = "__setup_irq"
+RAW_TRACEPOINT_PROGRAMS = (*TRACEPOINT_PROGRAMS, *IRQ_TRACEPOINTS)
 
 
 class Probes:
@@ -99,7 +107,7 @@ class Probes:
     def _load_programs(self, obj: BpfObject) -> dict[str, int]:
         out = {}
         for name in PROGRAMS:
-            kind = (BPF_PROG_TYPE_RAW_TRACEPOINT if name in TRACEPOINT_PROGRAMS
+            kind = (BPF_PROG_TYPE_RAW_TRACEPOINT if name in RAW_TRACEPOINT_PROGRAMS
                     else BPF_PROG_TYPE_KPROBE)
             out[name] = fd = load_program(kind, name, obj, self._by_old)
             self.fds.append(fd)
@@ -132,6 +140,34 @@ class Probes:
                                   "this version?") from exc
             self.tp_fds.append(fd)
             self.attached.append(tp)
+
+    def trace_irqs(self, devices: list[str]) -> list[str]:
+        """Record the interrupts of these devices (PCI addresses): those
+        requested from now on (the __setup_irq kprobe, for MSI vectors),
+        then those they have now (sysfs), into the filter map irq_lines.
+        What cannot be followed is said in the list returned (for stderr)."""
+        notes = []
+        names = {dev: NgIrqDev(dev.encode()[:NG_NAME_LEN - 1]) for dev in devices}
+        for name in names.values():
+            self._update("irq_devs", name, ctypes.c_uint8(1))
+        if kernel_functions((IRQ_SETUP,)):
+            self._attach_one(IRQ_SETUP, "on_setup_irq")
+            self.attached.append(IRQ_SETUP)
+        else:
+            notes.append(f"this kernel has no {IRQ_SETUP} to probe: MSI vectors requested "
+                         "while tracing are not followed")
+        for dev, name in names.items():
+            for irq in pci.device_irqs(dev):
+                self._update("irq_lines", ctypes.c_uint32(irq), name)
+        for prog, tp in IRQ_TRACEPOINTS.items():
+            try:
+                self.tp_fds.append(bpfsys.raw_tracepoint_open(tp, self.progs[prog]))
+            except OSError as exc:
+                notes.append(f"cannot attach to the kernel's tracepoint {tp} ({exc.strerror}): "
+                             "interrupts are not traced")
+                break
+            self.attached.append(tp)
+        return notes
 
     def pending(self, timeout_ms: int) -> memoryview:
         """The ring buffer's unread bytes (ringbuf.RingReader.pending), after

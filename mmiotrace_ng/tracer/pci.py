@@ -193,3 +193,27 @@ def selected_bars(
             raise NoMemoryBars(f"PCI device {_address(bdf)} has no memory BAR {n} "
                                f"(its memory BARs: {have})")
     return bdf, [by_index[n] for n in indexes]
+
+
+def all_devices(sysfs_root: str | os.PathLike[str] = "/sys") -> list[str]:
+    """The addresses of every PCI device (--all), in order."""
+    return sorted(p.name for p in Path(sysfs_root, "bus", "pci", "devices").iterdir())
+
+
+def device_irqs(bdf: str, sysfs_root: str | os.PathLike[str] = "/sys") -> list[int]:
+    """The interrupts a device has now: its MSI/MSI-X vectors (msi_irqs/)
+    and its line (irq: the INTx line, or the first MSI vector while MSI is
+    on; 0 for none), each once, in order.  Empty if the device went away."""
+    path = Path(sysfs_root, "bus/pci/devices", bdf)
+    found: set[int] = set()
+    try:
+        found.update(int(p.name) for p in (path / "msi_irqs").iterdir() if p.name.isdigit())
+    except OSError:
+        pass                # no MSI vector allocated
+    try:
+        line = int((path / "irq").read_text().strip())
+    except (OSError, ValueError):
+        line = 0
+    if line > 0:
+        found.add(line)
+    return sorted(found)

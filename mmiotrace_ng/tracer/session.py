@@ -119,7 +119,8 @@ class Session:
                  raw: RawWriter | None = None) -> None:
         self.args = args
         self.out = out
-        self.renderer = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid)
+        self.renderer = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid,
+                                 irq=args.irq)
         self.stop = False
         self.helper = None
         self.probes: Probes | None = None
@@ -131,6 +132,7 @@ class Session:
         self.record = getattr(args, "record", False)     # records only, no text
         self.access_size = ctypes.sizeof(NgRecAccess)
         self.regions: list = []          # --histogram: histogram.Region of each BAR
+        self.devices: list[str] = []     # the traced devices' addresses (their interrupts)
         self.syms = None
 
     def write(self, text: str) -> None:
@@ -167,6 +169,10 @@ class Session:
               flush=True)
         self.probes = Probes(self.args.all, self.args.buffer_size_kb,
                              histogram=self.args.histogram)
+        if (self.args.irq or self.raw) and not self.args.histogram:
+            # recordings keep them always: report --irq shows them
+            for note in self.probes.trace_irqs(self.devices):
+                print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
         try:
             self.helper = HelperSocket()
             if self.args.all:
@@ -333,9 +339,12 @@ def trace(args: argparse.Namespace) -> int:
     from .histogram import Region
 
     regions: list[Region] = []
+    devices = pci.all_devices() if args.all else []
     for spec in args.pci:
         try:
             bdf, bars = pci.selected_bars(spec)
+            if bdf not in devices:
+                devices.append(bdf)
             for bar in bars:
                 regions.append(Region(bdf, f"BAR{bar.index}", bar.start, bar.end))
                 if (bar.start, bar.end + 1) not in ranges:
@@ -377,6 +386,7 @@ def trace(args: argparse.Namespace) -> int:
         raise
     session = Session(args, out, raw)
     session.regions = regions
+    session.devices = devices
     status = 0
     failed: OSError | None = None
 
@@ -428,6 +438,7 @@ def trace(args: argparse.Namespace) -> int:
     print(f"mmiotrace-ng: {sum(r.counts.values())} records (map {s['map']}, unmap "
           f"{s['unmap']}, access {s['access']}, mark {s['mark']}){where}, lost {r.lost}"
           + (f", {s['untraced']} mappings NOT traced" if s["untraced"] else "")
+          + (f", {s['irq']} interrupt records" if s["irq"] else "")
           + (f", {r.bad} corrupt records skipped" if r.bad else ""), file=sys.stderr)
     return status
 
@@ -448,6 +459,6 @@ def record(args: argparse.Namespace) -> int:
     """A record run; args from parse_tracing (checked there)."""
     args.raw, args.output = args.output, None
     args.record = True
-    args.compat = args.pc = args.pid = args.histogram = False
+    args.compat = args.pc = args.pid = args.histogram = args.irq = False
     args.interval = None
     return trace(args)

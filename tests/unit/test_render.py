@@ -16,10 +16,12 @@ import pytest
 from ng_require import missing
 
 from mmiotrace_ng.format import render
+from mmiotrace_ng.format.abi import MMIOTNG_OP_WRITE
 from mmiotrace_ng.format.records import (
     NG_MARK_MAX,
     NgRecAccess,
     NgRecHdr,
+    NgRecIrq,
     NgRecMap,
     NgRecMark,
     NgRecType,
@@ -99,7 +101,7 @@ C_UNTRACED = ("MARK %u.%06lu mmiotrace-ng: ioremap of 0x%llx size 0x%llx at 0x%l
 UNTRACED_WORDS = {-2: "it is not inside one traced BAR", -12: "the helper ran out of memory"}
 
 
-def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced,
+def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq,
            opts: Options) -> str:
     """What the stream must hold for one record, from the C formats above."""
     text = c_printf(C_LOST, rec.hdr.lost) if rec.hdr.lost else ""
@@ -135,6 +137,13 @@ def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced,
     elif isinstance(rec, NgRecUntraced):
         line = c_printf(C_UNTRACED, secs, usecs, rec.phys, rec.len, rec.virt,
                         UNTRACED_WORDS[rec.err])
+    elif isinstance(rec, NgRecIrq):
+        # a MARK line of the words docs/tracing.md gives, with --irq only
+        what = ("enter " + rec.handler.decode() if not rec.exit else
+                "exit " + {0: "none", 1: "handled", 2: "wake-thread",
+                           3: "handled+wake-thread"}[rec.ret & 3])
+        line = (c_printf(C_MARK, secs, usecs, f"irq {rec.irq} {rec.dev.decode()} {what}\n")
+                if opts.irq else "")
     else:
         # tracing_mark_write(): buf[cnt] = '\n' unless buf[cnt - 1] == '\n'
         msg = bytes(rec)[NgRecMark.text.offset :][: rec.len]
@@ -182,6 +191,13 @@ def markr(ts: int, text: bytes, *, lost: int = 0) -> NgRecMark:
     rec.hdr.type, rec.hdr.ts_ns, rec.hdr.lost = NgRecType.NG_REC_MARK, ts, lost
     ctypes.memmove(ctypes.addressof(rec) + NgRecMark.text.offset, text, len(text))
     return rec
+
+
+def irqr(ts: int, irq: int, exit_: int, ret: int = 0, lost: int = 0) -> bytes:
+    rec = NgRecIrq(irq=irq, pid=7, exit=exit_, ret=ret, dev=b"0000:00:05.0",
+                   handler=b"edu_exerciser")
+    rec.hdr.type, rec.hdr.ts_ns, rec.hdr.lost = NgRecType.NG_REC_IRQ, ts, lost
+    return bytes(rec)
 
 
 def raw_mark(rec: NgRecMark) -> bytes:
@@ -510,6 +526,9 @@ def random_records(n: int, seed: int) -> list[bytes]:
                                       phys=rng.getrandbits(40), virt=rng.getrandbits(64),
                                       len=rng.getrandbits(20), err=rng.choice([-2, -12]),
                                       pid=i))
+        elif roll < 0.89:
+            raw = irqr(ts, rng.randrange(1 << 32), rng.randrange(2), rng.randrange(4),
+                       lost=rng.choice([0, 0, 2]))
         elif roll < 0.94:
             raw = raw_mark(
                 markr(
@@ -536,11 +555,12 @@ def random_records(n: int, seed: int) -> list[bytes]:
     ("show_pc", "show_pid"),
     [(False, False), (True, False), (False, True), (True, True)],
 )
-def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> None:
+@pytest.mark.parametrize("irq", [False, True])
+def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool, irq: bool) -> None:
     from mmiotrace_ng.format.records import BadRecord, parse
 
-    opts = Options(compat, show_pc, show_pid)
-    raws = random_records(3000, seed=hash((compat, show_pc, show_pid)) & 0xFFFF)
+    opts = Options(compat, show_pc, show_pid, irq)
+    raws = random_records(3000, seed=hash((compat, show_pc, show_pid, irq)) & 0xFFFF)
     want: list[str] = []
     bad = lost = 0
     counts = dict.fromkeys(NgRecType, 0)
@@ -554,10 +574,10 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> Non
         lost += rec.hdr.lost
         counts[NgRecType(rec.hdr.type)] += 1
     assert bad > 0 and lost > 0 and all(counts.values())
-    batch = Renderer(compat, show_pc, show_pid)
+    batch = Renderer(compat, show_pc, show_pid, irq)
     assert batch.feed_batch(iter(raws)) == "".join(want)
     assert (batch.bad, batch.lost, batch.counts) == (bad, lost, counts)
-    single = Renderer(compat, show_pc, show_pid)
+    single = Renderer(compat, show_pc, show_pid, irq)
     assert "".join(single.feed(raw) for raw in raws) == "".join(want)
     assert (single.bad, single.lost, single.counts) == (bad, lost, counts)
     assert single.stats() == {
@@ -566,6 +586,7 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool) -> Non
         "access": counts[NgRecType.NG_REC_ACCESS],
         "mark": counts[NgRecType.NG_REC_MARK],
         "untraced": counts[NgRecType.NG_REC_UNTRACED],
+        "irq": counts[NgRecType.NG_REC_IRQ],
         "lost": lost,
         "bad": bad,
     }
@@ -715,3 +736,29 @@ def test_ring_refused_records_are_looked_at_a_bounded_number_of_times(every: int
     text, _ = r.feed_ring(memoryview(ringbuf.pack(raws)))
     assert text == oracle_text(raws, Options())
     assert sum(seen) <= 2 * len(raws)
+
+
+def test_interrupts_are_mark_lines_with_irq_only() -> None:
+    """--irq: a handler's entry and exit as MARK lines, its result named;
+    without it nothing of them but a loss they carry, and the accesses'
+    lines the same either way."""
+    a = [bytes(acc(1_000_000_000 + i, MMIOTNG_OP_WRITE, 4, 1, 0xfe000060, 1)) for i in range(5)]
+    raws = [a[0], irqr(1_000_002_000, 24, 0), *a[1:3], irqr(1_000_009_400, 24, 1, 1),
+            irqr(2_000_000_000, 25, 0), irqr(2_000_001_000, 25, 1, 0, lost=3),
+            irqr(2_000_002_000, 25, 1, 3), *a[3:]]
+    with_irq = Renderer(irq=True).feed_batch(raws)
+    plain = Renderer().feed_batch(raws)
+    irq_lines = [ln for ln in with_irq.splitlines() if " irq " in ln]
+    assert irq_lines == [
+        "MARK 1.000002 irq 24 0000:00:05.0 enter edu_exerciser",
+        "MARK 1.000009 irq 24 0000:00:05.0 exit handled",
+        "MARK 2.000000 irq 25 0000:00:05.0 enter edu_exerciser",
+        "MARK 2.000001 irq 25 0000:00:05.0 exit none",
+        "MARK 2.000002 irq 25 0000:00:05.0 exit handled+wake-thread",
+    ]
+    assert plain == "".join(ln for ln in with_irq.splitlines(keepends=True)
+                            if " irq " not in ln)
+    assert plain.count("Lost 3 events") == 1
+    r = Renderer()
+    r.feed_batch(raws)
+    assert r.stats()["irq"] == 5 and r.stats()["access"] == 5

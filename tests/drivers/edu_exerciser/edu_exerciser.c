@@ -25,6 +25,8 @@
  *   nmi_reads, nmi_second: the reads the last "nmi" run made in NMIs
  *   nmi_unknown (rw): nonzero: "nmi"'s second access is a testl of 0x00
  *   crossirq_reads: the reads the other CPU made in the last "crossirq"
+ *   irq_handled, irq_vector: the interrupts the last "irq_intx"/"irq_msi"
+ *     run's handler handled, and the Linux interrupt number it had
  *
  * The write returns once the scenario has finished: the number of bytes
  * written on success, -EINVAL for an unknown name or a bad COUNT, -EIO when a
@@ -46,8 +48,9 @@
  *   0x40 and 0x1000.. unknown offsets: 4-byte reads give 0xffffffff,
  *   writes are ignored.
  *   0x08 factorial: by the stress scenario "fact" only (asynchronous)
- * Never touched: 0x60 raise irq, 0x64 ack
- * irq, 0x90 DMA count, 0x98 DMA command.  edu only accepts 4- and 8-byte
+ *   0x60 raise irq, 0x64 ack irq: by the stress scenarios "irq_intx" and
+ *   "irq_msi" only (their handler reads 0x24 and acks what it read)
+ * Never touched: 0x90 DMA count, 0x98 DMA command.  edu only accepts 4- and 8-byte
  * accesses: QEMU rejects 1- and 2-byte ones before edu sees them, so such
  * reads return 0 and such writes are ignored.  An 8-byte read below 0x80
  * returns all ones.
@@ -61,6 +64,7 @@
 #include <linux/ctype.h>
 #include <linux/debugfs.h>
 #include <linux/delay.h>
+#include <linux/interrupt.h>
 #include <linux/io.h>
 #include <linux/kprobes.h>
 #include <linux/kthread.h>
@@ -93,6 +97,8 @@
 #define EDU_REG_STATUS		0x20
 #define EDU_STATUS_COMPUTING	0x01	/* a factorial is being computed */
 #define EDU_REG_IRQ_STATUS	0x24
+#define EDU_REG_IRQ_RAISE	0x60
+#define EDU_REG_IRQ_ACK		0x64
 #define EDU_REG_HOLE		0x40	/* no register there */
 #define EDU_REG_DMA_SRC		0x80
 #define EDU_REG_DMA_DST		0x88
@@ -136,6 +142,10 @@ struct edu_ex {
 	u32 nmi_second;		/* "nmi": of them, followed by a second read */
 	u32 nmi_unknown;	/* "nmi": the second access is a testl of 0x00 */
 	u32 crossirq_reads;	/* "crossirq": reads of the other CPU */
+	u32 irq_handled;	/* "irq_*": interrupts its handler handled */
+	u32 irq_vector;		/* "irq_*": its Linux interrupt number */
+	void __iomem *irq_base;	/* "irq_*": the mapping its handler uses */
+	struct completion irq_done;	/* "irq_*": the handler acked one */
 	void __iomem *held;	/* the mapping of "hold", or NULL; lock */
 	unsigned long held_last;	/* where "unmap" unmapped it, or 0; lock */
 };
@@ -1381,6 +1391,105 @@ out:
 	return ret ? ret : edu_result(ex);
 }
 
+#ifndef PCI_IRQ_INTX
+#define PCI_IRQ_INTX	PCI_IRQ_LEGACY
+#endif
+
+/*
+ * The handler of "irq_intx"/"irq_msi": reads the interrupt status and acks
+ * what it read.  The line may be shared (INTx): a zero status is not ours.
+ */
+static irqreturn_t edu_irq_handler(int irq, void *data)
+{
+	struct edu_ex *ex = data;
+	u32 status;
+
+	status = readl(ex->irq_base + EDU_REG_IRQ_STATUS);
+	if (!status)
+		return IRQ_NONE;
+	writel(status, ex->irq_base + EDU_REG_IRQ_ACK);
+	ex->irq_handled++;
+	complete(&ex->irq_done);
+	return IRQ_HANDLED;
+}
+
+static int st_irq_here(struct edu_ex *ex, unsigned int count,
+		       unsigned int type)
+{
+	struct pci_dev *pdev = ex->pdev;
+	unsigned int i;
+	int irq, ret;
+
+	ex->irq_handled = 0;
+	ex->irq_vector = 0;
+	ex->irq_base = edu_map(ex);
+	if (!ex->irq_base)
+		return -ENOMEM;
+	ret = pci_alloc_irq_vectors(pdev, 1, 1, type);
+	if (ret < 0)
+		goto out_unmap;
+	irq = pci_irq_vector(pdev, 0);
+	if (irq < 0) {
+		ret = irq;
+		goto out_free;
+	}
+	ex->irq_vector = irq;
+	init_completion(&ex->irq_done);
+	ret = request_irq(irq, edu_irq_handler, IRQF_SHARED, KBUILD_MODNAME, ex);
+	if (ret)
+		goto out_free;
+	ret = irq_set_affinity(irq, cpumask_of(smp_processor_id()));
+	if (ret)
+		goto out_irq;
+	pci_set_master(pdev);
+	for (i = 0; i < count && !ret; i++) {
+		reinit_completion(&ex->irq_done);
+		writel(1, ex->irq_base + EDU_REG_IRQ_RAISE);
+		if (!wait_for_completion_timeout(&ex->irq_done, HZ)) {
+			pr_err("irq %d: no interrupt within a second (%u of %u)\n",
+			       irq, i, count);
+			ret = -ETIMEDOUT;
+		}
+		if (!ret)
+			ret = edu_loop_point(i);
+	}
+	pci_clear_master(pdev);
+out_irq:
+	free_irq(irq, ex);
+out_free:
+	pci_free_irq_vectors(pdev);
+out_unmap:
+	edu_unmap(ex, ex->irq_base);
+	ex->irq_base = NULL;
+	return ret ? ret : edu_result(ex);
+}
+
+/*
+ * "irq_intx"/"irq_msi": one vector of that kind, a handler on it, and COUNT
+ * times: write 1 to the raise register, wait for the handler (1 s at most).
+ * The interrupt goes to the CPU the writes are made on: it comes after
+ * the write there, so a tracer's records of the two are in that order.
+ */
+static int st_irq(struct edu_ex *ex, unsigned int count, unsigned int type)
+{
+	int ret;
+
+	migrate_disable();
+	ret = st_irq_here(ex, count, type);
+	migrate_enable();
+	return ret;
+}
+
+static int st_irq_intx(struct edu_ex *ex, unsigned int count)
+{
+	return st_irq(ex, count, PCI_IRQ_INTX);
+}
+
+static int st_irq_msi(struct edu_ex *ex, unsigned int count)
+{
+	return st_irq(ex, count, PCI_IRQ_MSI);
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -1414,6 +1523,10 @@ static const struct edu_scenario edu_stress[] = {
 	  "writel, readl 0x04; their instructions' addresses in pc_write, pc_read" },
 	{ "fact", st_fact, true,
 	  "writel COUNT to 0x08; poll 0x20 until idle; readl 0x08 (COUNT! mod 2^32)" },
+	{ "irq_intx", st_irq_intx, true,
+	  "COUNT x (writel 1 to 0x60; the INTx handler reads 0x24, writes it to 0x64)" },
+	{ "irq_msi", st_irq_msi, true,
+	  "COUNT x (writel 1 to 0x60; the MSI handler reads 0x24, writes it to 0x64)" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
@@ -2243,6 +2356,8 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	debugfs_create_u32("nmi_second", 0444, ex->dir, &ex->nmi_second);
 	debugfs_create_u32("nmi_unknown", 0600, ex->dir, &ex->nmi_unknown);
 	debugfs_create_u32("crossirq_reads", 0444, ex->dir, &ex->crossirq_reads);
+	debugfs_create_u32("irq_handled", 0444, ex->dir, &ex->irq_handled);
+	debugfs_create_u32("irq_vector", 0444, ex->dir, &ex->irq_vector);
 
 	pci_set_drvdata(pdev, ex);
 	dev_info(&pdev->dev, "BAR0 %pa, %llu bytes\n", &ex->start,
