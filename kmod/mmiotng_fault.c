@@ -269,8 +269,12 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 	ng_describe(c, m, addr, MMIOTNG_OP_WRITE, width, val);
 	/* the kernel's tracer sees the registers as they are before the store */
 	ng_fill_compat(&c->acc, c->bytes, c->nbytes, c->regs);
-	ng_io_write(io, width, val);
+	/*
+	 * Reported before the store: what the store makes the device do (an
+	 * interrupt, on any CPU) is then recorded after it.
+	 */
 	ng_emit(c);
+	ng_io_write(io, width, val);
 	return 0;
 }
 
