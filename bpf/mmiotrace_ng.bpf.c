@@ -13,7 +13,8 @@
  * - the helper's tracepoint mmiotng_mark (trace_marker writes) -> MARK;
  * - irq_handler_entry/exit (raw tracepoints) of an interrupt in irq_lines
  *   (the traced devices' lines and vectors) -> IRQ; __setup_irq entry (a
- *   kprobe) keeps irq_lines up to date as drivers request MSI vectors.
+ *   kprobe) keeps irq_lines up to date as drivers request MSI vectors;
+ * - the dma tracepoints (6.12 and later) of a device in traced_devs -> DMA.
  *
  * Everything goes into one ring buffer.  A failed reserve counts a drop on
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
@@ -30,6 +31,7 @@
 #include <linux/interrupt.h>
 #include <linux/irq.h>
 #include <linux/msi.h>
+#include <linux/scatterlist.h>
 
 #include "mmiotrace_ng.h"
 
@@ -80,9 +82,9 @@ BPF_PERCPU_ARRAY(map_cache, struct ng_map_cache, 1);
  * the lines and vectors the devices have at the start, on_setup_irq with
  * the vectors requested later)
  */
-BPF_HASH(irq_lines, u32, struct ng_irq_dev, 1024);
+BPF_HASH(irq_lines, u32, struct ng_dev_name, 1024);
 /* the traced devices, by name (the value is unused) */
-BPF_HASH(irq_devs, struct ng_irq_dev, u8, 256);
+BPF_HASH(traced_devs, struct ng_dev_name, u8, 256);
 
 /* map_ids changed: cached map ids are looked up again */
 static __always_inline void ng_map_ids_changed(void)
@@ -448,6 +450,19 @@ int on_mark(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* Whether dev is a traced device; its name into d (zeros after it). */
+static __always_inline int ng_traced_dev(struct device *dev, struct ng_dev_name *d)
+{
+	const char *name = NULL;
+
+	__builtin_memset(d, 0, sizeof(*d));
+	if (dev)
+		bpf_probe_read_kernel(&name, sizeof(name), &dev->kobj.name);
+	if (!name || bpf_probe_read_kernel_str(d->name, sizeof(d->name), name) <= 0)
+		return 0;
+	return traced_devs.lookup(d) != NULL;
+}
+
 /*
  * __setup_irq(irq, desc, action) entry: a handler is being installed.  If
  * the interrupt is an MSI/MSI-X vector of a traced device, it goes into
@@ -457,25 +472,22 @@ int on_mark(struct bpf_raw_tracepoint_args *ctx)
  */
 int on_setup_irq(struct pt_regs *ctx)
 {
+#ifdef CONFIG_GENERIC_MSI_IRQ
 	struct irq_desc *desc = (struct irq_desc *)PT_REGS_PARM2(ctx);
 	u32 irq = (u32)PT_REGS_PARM1(ctx);
-	struct ng_irq_dev d = {};
 	struct msi_desc *msi = NULL;
+	struct ng_dev_name d;
 	struct device *dev = NULL;
-	const char *name = NULL;
 
 	bpf_probe_read_kernel(&msi, sizeof(msi), &desc->irq_common_data.msi_desc);
 	if (!msi)
 		return 0;
 	bpf_probe_read_kernel(&dev, sizeof(dev), &msi->dev);
-	if (dev)
-		bpf_probe_read_kernel(&name, sizeof(name), &dev->kobj.name);
-	if (name)
-		bpf_probe_read_kernel_str(d.name, sizeof(d.name), name);
-	if (irq_devs.lookup(&d))
+	if (ng_traced_dev(dev, &d))
 		irq_lines.update(&irq, &d);
 	else
 		irq_lines.delete(&irq);
+#endif
 	return 0;
 }
 
@@ -485,7 +497,7 @@ static __always_inline int ng_irq(struct bpf_raw_tracepoint_args *ctx, u8 exit)
 	struct irqaction *action = (struct irqaction *)ctx->args[1];
 	u32 irq = (u32)ctx->args[0];
 	const char *name = NULL;
-	struct ng_irq_dev *d;
+	struct ng_dev_name *d;
 	struct ng_rec_irq *r;
 
 	d = irq_lines.lookup(&irq);
@@ -516,4 +528,127 @@ int on_irq_entry(struct bpf_raw_tracepoint_args *ctx)
 int on_irq_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	return ng_irq(ctx, 1);
+}
+
+/* One DMA record: kind of a traced device's mapping of size bytes at addr. */
+static __always_inline void ng_dma(struct ng_dev_name *d, u8 kind, u64 addr, u64 size,
+				   u64 phys, u64 dir)
+{
+	struct ng_rec_dma *r;
+
+	if (ng_config(NG_CONFIG_HISTOGRAM))
+		return;
+	r = ng_reserve(sizeof(*r), NG_REC_DMA);
+	if (!r)
+		return;
+	r->addr = addr;
+	r->size = size;
+	r->phys = phys;
+	r->pid = bpf_get_current_pid_tgid();
+	r->kind = kind;
+	r->dir = dir;
+	r->pad[0] = 0;
+	r->pad[1] = 0;
+	__builtin_memcpy(r->dev, d->name, sizeof(r->dev));
+	events.ringbuf_submit(r, 0);
+}
+
+/* dma_map_page/resource(dev, phys, dma_addr, size, dir, attrs) */
+int on_dma_map(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct ng_dev_name d;
+
+	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+		ng_dma(&d, NG_DMA_MAP, ctx->args[2], ctx->args[3], ctx->args[1], ctx->args[4]);
+	return 0;
+}
+
+/* dma_unmap_page/resource(dev, addr, size, dir, attrs) */
+int on_dma_unmap(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct ng_dev_name d;
+
+	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+		ng_dma(&d, NG_DMA_UNMAP, ctx->args[1], ctx->args[2], 0, ctx->args[3]);
+	return 0;
+}
+
+/* dma_alloc/alloc_pages(dev, virt, dma_addr, size, dir, gfp, attrs) */
+int on_dma_alloc(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct ng_dev_name d;
+
+	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+		ng_dma(&d, NG_DMA_ALLOC, ctx->args[2], ctx->args[3], ctx->args[1], ctx->args[4]);
+	return 0;
+}
+
+/* dma_free/free_pages(dev, virt, dma_addr, size, dir, attrs) */
+int on_dma_free(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct ng_dev_name d;
+
+	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+		ng_dma(&d, NG_DMA_FREE, ctx->args[2], ctx->args[3], ctx->args[1], ctx->args[4]);
+	return 0;
+}
+
+/* the entries of a scatterlist at most (more are counted as dropped) */
+#define NG_DMA_SG_MAX	16
+
+/*
+ * The first n entries of a mapped scatterlist, each a record: its bus
+ * address and length (sg_dma_address, sg_dma_len), its page's physical
+ * address unknown here (0).  A chained list is followed.
+ */
+static __always_inline void ng_dma_sg(struct bpf_raw_tracepoint_args *ctx, u8 kind,
+				      int n, u64 dir)
+{
+	struct scatterlist *sg = (struct scatterlist *)ctx->args[1];
+	struct ng_dev_name d;
+	unsigned long link;
+	u64 addr;
+	u32 len;
+	int i;
+
+	if (!ng_traced_dev((struct device *)ctx->args[0], &d))
+		return;
+	for (i = 0; i < NG_DMA_SG_MAX; i++) {
+		if (i >= n || !sg)
+			return;
+		link = 0;
+		bpf_probe_read_kernel(&link, sizeof(link), &sg->page_link);
+		if (link & SG_CHAIN) {
+			sg = (struct scatterlist *)(link & ~(SG_CHAIN | SG_END));
+			continue;
+		}
+		addr = 0;
+		len = 0;
+		bpf_probe_read_kernel(&addr, sizeof(addr), &sg->dma_address);
+#ifdef CONFIG_NEED_SG_DMA_LENGTH
+		bpf_probe_read_kernel(&len, sizeof(len), &sg->dma_length);
+#else
+		bpf_probe_read_kernel(&len, sizeof(len), &sg->length);
+#endif
+		ng_dma(&d, kind, addr, len, 0, dir);
+		if (link & SG_END)
+			return;
+		sg++;
+	}
+	if (n > NG_DMA_SG_MAX)
+		ng_count_drops(n - NG_DMA_SG_MAX);
+}
+
+/* dma_map_sg(dev, sgl, nents, ents, dir, attrs): ents entries mapped */
+int on_dma_map_sg(struct bpf_raw_tracepoint_args *ctx)
+{
+	ng_dma_sg(ctx, NG_DMA_MAP_SG, (int)ctx->args[3], ctx->args[4]);
+	return 0;
+}
+
+/* dma_unmap_sg(dev, sgl, nents, dir, attrs) */
+int on_dma_unmap_sg(struct bpf_raw_tracepoint_args *ctx)
+{
+	ng_dma_sg(ctx, NG_DMA_UNMAP_SG, (int)ctx->args[2], ctx->args[3]);
+	return 0;
 }

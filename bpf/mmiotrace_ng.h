@@ -22,6 +22,7 @@ enum ng_rec_type {
 	NG_REC_MARK = 4,
 	NG_REC_UNTRACED = 5,
 	NG_REC_IRQ = 6,
+	NG_REC_DMA = 7,
 };
 
 /* a device's name (its PCI address, "0000:00:05.0") or a handler's, NUL-padded */
@@ -123,8 +124,34 @@ struct ng_rec_irq {
 	char handler[NG_NAME_LEN];	/* the name the handler was requested with */
 };
 
-/* the value of the map "irq_lines": the traced device an interrupt is of */
-struct ng_irq_dev {
+/* what a DMA record is of: the kernel's dma tracepoint it came from */
+enum ng_dma_kind {
+	NG_DMA_MAP = 0,		/* dma_map_page, dma_map_resource (a streaming mapping) */
+	NG_DMA_UNMAP = 1,	/* dma_unmap_page, dma_unmap_resource */
+	NG_DMA_ALLOC = 2,	/* dma_alloc, dma_alloc_pages (a coherent buffer) */
+	NG_DMA_FREE = 3,	/* dma_free, dma_free_pages */
+	NG_DMA_MAP_SG = 4,	/* dma_map_sg: one record per mapped entry */
+	NG_DMA_UNMAP_SG = 5,	/* dma_unmap_sg: one record per entry */
+};
+
+/*
+ * DMA: a traced device's DMA mapping made or undone (the kernel's dma
+ * tracepoints, Linux 6.12 and later).
+ */
+struct ng_rec_dma {
+	struct ng_rec_hdr hdr;
+	__u64 addr;		/* the bus (DMA) address the device uses */
+	__u64 size;		/* bytes */
+	__u64 phys;		/* the CPU's physical address (MAP), virtual (ALLOC, FREE), or 0 */
+	__u32 pid;
+	__u8 kind;		/* enum ng_dma_kind */
+	__u8 dir;		/* enum dma_data_direction: 0 both, 1 to device, 2 from it */
+	__u8 pad[2];
+	char dev[NG_NAME_LEN];	/* the traced device */
+};
+
+/* a device's name: the key of the map "traced_devs", the value of "irq_lines" */
+struct ng_dev_name {
 	char name[NG_NAME_LEN];
 };
 

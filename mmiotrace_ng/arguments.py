@@ -89,6 +89,10 @@ def add_text_options(ap: argparse.ArgumentParser) -> None:
                     help="add the traced devices' interrupts as MARK lines: each hard handler's "
                          "entry and exit, e.g. 'MARK 12.000100 irq 24 0000:00:05.0 enter "
                          "edu' and '... exit handled' (recordings always keep them)")
+    ap.add_argument("--dma", action="store_true",
+                    help="add the traced devices' DMA mappings (Linux 6.12 and later) as MARK "
+                         "lines, e.g. 'MARK 12.000100 dma map 0000:00:05.0 0x1f3a000 4096 "
+                         "to-device' (recordings always keep them)")
 
 
 def add_selection_options(ap: argparse.ArgumentParser) -> None:
@@ -194,8 +198,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.output = None      # standard output
     if args.interval is not None and (not args.histogram or args.interval <= 0):
         ap.error("-i SECONDS needs --histogram and a positive number")
-    if args.histogram and (args.raw or args.compat or args.irq):
-        ap.error("--histogram keeps counts, not records: no --raw, --compat or --irq with it")
+    if args.histogram and (args.raw or args.compat or args.irq or args.dma):
+        ap.error("--histogram keeps counts, not records: no --raw, --compat, --irq or --dma "
+                 "with it")
     return args
 
 

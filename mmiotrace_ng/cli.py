@@ -108,7 +108,8 @@ def report(args: argparse.Namespace) -> int:
     rec = trace.recording
     if rec is None:
         raise UsageError(f"{trace.name} is not a trace recorded by mmiotrace-ng")
-    r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid, irq=args.irq)
+    r = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid, irq=args.irq,
+                 dma=args.dma)
     with writing(args.output) as out:
         # the bytes the tracer would have written, whatever stdout's encoding
         for text in rendered_text(rec, r):

@@ -29,6 +29,7 @@ from ..format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
 from ..format.records import (
     BadRecord,
     NgRecAccess,
+    NgRecDma,
     NgRecIrq,
     NgRecMap,
     NgRecMark,
@@ -162,7 +163,7 @@ def record_events(raw: memoryview) -> list[Event]:
     except BadRecord:
         return []
     h = r.hdr
-    if isinstance(r, NgRecIrq):    # not an event of the 20070824 text
+    if isinstance(r, NgRecIrq | NgRecDma):     # not events of the 20070824 text
         return [_lost(h.ts_ns, h.cpu, h.lost)] if h.lost else []
     if isinstance(r, NgRecAccess):     # an op parse accepts that the fast path did not
         ev = Event(_OPS.get(r.op, "UNKNOWN"), h.ts_ns, h.cpu, r.map_id, r.phys, r.width,

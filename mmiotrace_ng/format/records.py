@@ -34,6 +34,18 @@ class NgRecType(IntEnum):
     NG_REC_MARK = 4
     NG_REC_UNTRACED = 5
     NG_REC_IRQ = 6
+    NG_REC_DMA = 7
+
+
+class NgDmaKind(IntEnum):
+    """enum ng_dma_kind: the dma tracepoint a DMA record came from."""
+
+    NG_DMA_MAP = 0
+    NG_DMA_UNMAP = 1
+    NG_DMA_ALLOC = 2
+    NG_DMA_FREE = 3
+    NG_DMA_MAP_SG = 4
+    NG_DMA_UNMAP_SG = 5
 
 
 #: the op values an access record may carry (MMIOTNG_OP_* of kmod/mmiotng_abi.h)
@@ -156,13 +168,30 @@ class NgRecIrq(ctypes.Structure):
     ]
 
 
-class NgIrqDev(ctypes.Structure):
-    """struct ng_irq_dev: the traced device an interrupt is of (map irq_lines)."""
+class NgRecDma(ctypes.Structure):
+    """struct ng_rec_dma: a traced device's DMA mapping made or undone."""
+
+    _fields_ = [
+        ("hdr", NgRecHdr),
+        ("addr", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("phys", ctypes.c_uint64),
+        ("pid", ctypes.c_uint32),
+        ("kind", ctypes.c_uint8),
+        ("dir", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
+        ("dev", ctypes.c_char * NG_NAME_LEN),
+    ]
+
+
+class NgDevName(ctypes.Structure):
+    """struct ng_dev_name: a device's name (maps traced_devs, irq_lines)."""
 
     _fields_ = [("name", ctypes.c_char * NG_NAME_LEN)]
 
 
-Record = NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq
+Record = (NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq
+          | NgRecDma)
 
 RECORD_CLASSES: Final[dict[NgRecType, type[ctypes.Structure]]] = {
     NgRecType.NG_REC_MAP: NgRecMap,
@@ -171,6 +200,7 @@ RECORD_CLASSES: Final[dict[NgRecType, type[ctypes.Structure]]] = {
     NgRecType.NG_REC_MARK: NgRecMark,
     NgRecType.NG_REC_UNTRACED: NgRecUntraced,
     NgRecType.NG_REC_IRQ: NgRecIrq,
+    NgRecType.NG_REC_DMA: NgRecDma,
 }
 
 # C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
@@ -210,13 +240,15 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_mark": NgRecMark,
     "ng_rec_untraced": NgRecUntraced,
     "ng_rec_irq": NgRecIrq,
-    "ng_irq_dev": NgIrqDev,
+    "ng_rec_dma": NgRecDma,
+    "ng_dev_name": NgDevName,
     "ng_hist_key": NgHistKey,
     "ng_hist_val": NgHistVal,
 }
 C_ENUMS: Final[dict[str, type[IntEnum]]] = {
     "ng_rec_type": NgRecType,
     "ng_config": NgConfig,
+    "ng_dma_kind": NgDmaKind,
 }
 
 HDR_SIZE: Final = ctypes.sizeof(NgRecHdr)

@@ -23,6 +23,7 @@ from mmiotrace_ng.format.records import (
     VALID_OPS,
     BadRecord,
     NgRecAccess,
+    NgRecDma,
     NgRecIrq,
     NgRecMap,
     NgRecMark,
@@ -67,12 +68,14 @@ class Options(NamedTuple):
     trace_pc=1 does so for R/W/UNKNOWN only; in compat mode MAP/UNMAP keep 0x0).
     show_pid: print the pid instead of 0 (the kernel always prints 0).
     irq: print the traced devices' interrupts as MARK lines (irq_line); the
-    20070824 text has no line of its own for them."""
+    20070824 text has no line of its own for them.
+    dma: print their DMA mappings as MARK lines (dma_line)."""
 
     compat: bool = False
     show_pc: bool = False
     show_pid: bool = False
     irq: bool = False
+    dma: bool = False
 
 
 DEFAULT_OPTIONS: Final = Options()
@@ -158,6 +161,25 @@ def irq_line(rec: NgRecIrq) -> str:
     return FMT_MARK % (secs, usecs, irq_text(rec) + "\n")
 
 
+# enum ng_dma_kind and enum dma_data_direction as a DMA line names them
+DMA_KINDS: Final = ("map", "unmap", "alloc", "free", "map-sg", "unmap-sg")
+DMA_DIRECTIONS: Final = ("bidirectional", "to-device", "from-device", "none")
+
+
+def dma_text(rec: NgRecDma) -> str:
+    """What a DMA record says: "dma map 0000:00:05.0 0x1f3a000 4096
+    to-device": the kind, the device, the bus address the device uses, the
+    size in bytes, the direction."""
+    kind = DMA_KINDS[rec.kind] if rec.kind < len(DMA_KINDS) else f"kind-{rec.kind}"
+    way = DMA_DIRECTIONS[rec.dir] if rec.dir < len(DMA_DIRECTIONS) else f"dir-{rec.dir}"
+    return f"dma {kind} {rec.dev.decode(ENCODING, ERRORS)} 0x{rec.addr:x} {rec.size} {way}"
+
+
+def dma_line(rec: NgRecDma) -> str:
+    secs, usecs = ts_parts(rec.hdr.ts_ns)
+    return FMT_MARK % (secs, usecs, dma_text(rec) + "\n")
+
+
 # Why the helper left a mapping of a traced range unarmed (-errno of the
 # mmiotng_map tracepoint, kmod/mmiotng_probes.c and mmiotng_filters.c).
 UNTRACED_REASONS: Final[dict[int, str]] = {
@@ -231,6 +253,8 @@ def record_text(rec: Record, opts: Options = DEFAULT_OPTIONS) -> str:
         return lost + untraced_line(rec)
     if isinstance(rec, NgRecIrq):
         return lost + (irq_line(rec) if opts.irq else "")
+    if isinstance(rec, NgRecDma):
+        return lost + (dma_line(rec) if opts.dma else "")
     return lost + mark_line(rec)
 
 
@@ -361,9 +385,9 @@ class Renderer:
 
     def __init__(
         self, compat: bool = False, show_pc: bool = False, show_pid: bool = False,
-        irq: bool = False,
+        irq: bool = False, dma: bool = False,
     ) -> None:
-        self.options = Options(compat, show_pc, show_pid, irq)
+        self.options = Options(compat, show_pc, show_pid, irq, dma)
         self.counts: dict[NgRecType, int] = dict.fromkeys(NgRecType, 0)
         self.lost = 0
         self.bad = 0

@@ -29,9 +29,9 @@ from ..format.records import (
     NG_CONFIG_HISTOGRAM,
     NG_CONFIG_TRACER,
     NG_NAME_LEN,
+    NgDevName,
     NgHistKey,
     NgHistVal,
-    NgIrqDev,
 )
 from . import pci
 
@@ -50,7 +50,8 @@ def kernel_functions(names: tuple[str, ...]) -> list[str]:
 
 
 PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
-            "on_map", "on_setup_irq", "on_irq_entry", "on_irq_exit")
+            "on_map", "on_setup_irq", "on_irq_entry", "on_irq_exit", "on_dma_map",
+            "on_dma_unmap", "on_dma_alloc", "on_dma_free", "on_dma_map_sg", "on_dma_unmap_sg")
 # Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
 # also run when the access is made from inside another kprobe's handler).
 TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP,
@@ -59,7 +60,19 @@ TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_T
 # around each hard interrupt handler, and where a handler is installed.
 IRQ_TRACEPOINTS = {"on_irq_entry": "irq_handler_entry", "on_irq_exit": "irq_handler_exit"}
 IRQ_SETUP = "__setup_irq"
-RAW_TRACEPOINT_PROGRAMS = (*TRACEPOINT_PROGRAMS, *IRQ_TRACEPOINTS)
+# The traced devices' DMA mappings (--dma, record): the kernel's dma
+# tracepoints (6.12 and later; 7.x names map/unmap_page and _resource *_phys).
+DMA_TRACEPOINTS = {
+    "on_dma_map": ("dma_map_page", "dma_map_resource", "dma_map_phys"),
+    "on_dma_unmap": ("dma_unmap_page", "dma_unmap_resource", "dma_unmap_phys"),
+    "on_dma_alloc": ("dma_alloc", "dma_alloc_pages"),
+    "on_dma_free": ("dma_free", "dma_free_pages"),
+    "on_dma_map_sg": ("dma_map_sg",),
+    "on_dma_unmap_sg": ("dma_unmap_sg",),
+}
+DMA_NOT_HERE = ("this kernel has no dma tracepoints (Linux 6.12 and later have them): DMA "
+                "mappings are not traced")
+RAW_TRACEPOINT_PROGRAMS = (*TRACEPOINT_PROGRAMS, *IRQ_TRACEPOINTS, *DMA_TRACEPOINTS)
 
 
 class Probes:
@@ -74,6 +87,7 @@ class Probes:
         self.tp_fds: list[int] = []
         self.attached: list[str] = []
         self.ring: RingReader | None = None
+        self._devices: dict[str, NgDevName] | None = None
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
@@ -141,15 +155,30 @@ class Probes:
             self.tp_fds.append(fd)
             self.attached.append(tp)
 
+    def _trace_devices(self, devices: list[str]) -> dict[str, NgDevName]:
+        """The devices' names into the map traced_devs (once)."""
+        if self._devices is None:
+            self._devices = {dev: NgDevName(dev.encode()[:NG_NAME_LEN - 1]) for dev in devices}
+            for name in self._devices.values():
+                self._update("traced_devs", name, ctypes.c_uint8(1))
+        return self._devices
+
+    def _open_tracepoint(self, tp: str, prog: str) -> bool:
+        """Attach prog to the kernel's tracepoint tp; False if it has none."""
+        try:
+            self.tp_fds.append(bpfsys.raw_tracepoint_open(tp, self.progs[prog]))
+        except OSError:
+            return False
+        self.attached.append(tp)
+        return True
+
     def trace_irqs(self, devices: list[str]) -> list[str]:
         """Record the interrupts of these devices (PCI addresses): those
         requested from now on (the __setup_irq kprobe, for MSI vectors),
         then those they have now (sysfs), into the filter map irq_lines.
         What cannot be followed is said in the list returned (for stderr)."""
         notes = []
-        names = {dev: NgIrqDev(dev.encode()[:NG_NAME_LEN - 1]) for dev in devices}
-        for name in names.values():
-            self._update("irq_devs", name, ctypes.c_uint8(1))
+        names = self._trace_devices(devices)
         if kernel_functions((IRQ_SETUP,)):
             self._attach_one(IRQ_SETUP, "on_setup_irq")
             self.attached.append(IRQ_SETUP)
@@ -160,14 +189,19 @@ class Probes:
             for irq in pci.device_irqs(dev):
                 self._update("irq_lines", ctypes.c_uint32(irq), name)
         for prog, tp in IRQ_TRACEPOINTS.items():
-            try:
-                self.tp_fds.append(bpfsys.raw_tracepoint_open(tp, self.progs[prog]))
-            except OSError as exc:
-                notes.append(f"cannot attach to the kernel's tracepoint {tp} ({exc.strerror}): "
-                             "interrupts are not traced")
+            if not self._open_tracepoint(tp, prog):
+                notes.append(f"this kernel has no tracepoint {tp}: interrupts are not traced")
                 break
-            self.attached.append(tp)
         return notes
+
+    def trace_dma(self, devices: list[str]) -> list[str]:
+        """Record the DMA mappings of these devices: the kernel's dma
+        tracepoints that it has.  What is not traced is said in the list
+        returned."""
+        self._trace_devices(devices)
+        found = [self._open_tracepoint(tp, prog)
+                 for prog, tps in DMA_TRACEPOINTS.items() for tp in tps]
+        return [] if any(found) else [DMA_NOT_HERE]
 
     def pending(self, timeout_ms: int) -> memoryview:
         """The ring buffer's unread bytes (ringbuf.RingReader.pending), after

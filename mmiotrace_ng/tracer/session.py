@@ -120,7 +120,7 @@ class Session:
         self.args = args
         self.out = out
         self.renderer = Renderer(compat=args.compat, show_pc=args.pc, show_pid=args.pid,
-                                 irq=args.irq)
+                                 irq=args.irq, dma=args.dma)
         self.stop = False
         self.helper = None
         self.probes: Probes | None = None
@@ -169,9 +169,15 @@ class Session:
               flush=True)
         self.probes = Probes(self.args.all, self.args.buffer_size_kb,
                              histogram=self.args.histogram)
-        if (self.args.irq or self.raw) and not self.args.histogram:
-            # recordings keep them always: report --irq shows them
-            for note in self.probes.trace_irqs(self.devices):
+        if not self.args.histogram:
+            # recordings keep them always: report --irq, --dma show them
+            notes = []
+            if self.args.irq or self.raw:
+                notes += self.probes.trace_irqs(self.devices)
+            if self.args.dma or self.raw:
+                dma = self.probes.trace_dma(self.devices)
+                notes += dma if self.args.dma else []
+            for note in notes:
                 print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
         try:
             self.helper = HelperSocket()
@@ -439,6 +445,7 @@ def trace(args: argparse.Namespace) -> int:
           f"{s['unmap']}, access {s['access']}, mark {s['mark']}){where}, lost {r.lost}"
           + (f", {s['untraced']} mappings NOT traced" if s["untraced"] else "")
           + (f", {s['irq']} interrupt records" if s["irq"] else "")
+          + (f", {s['dma']} DMA records" if s["dma"] else "")
           + (f", {r.bad} corrupt records skipped" if r.bad else ""), file=sys.stderr)
     return status
 
@@ -459,6 +466,6 @@ def record(args: argparse.Namespace) -> int:
     """A record run; args from parse_tracing (checked there)."""
     args.raw, args.output = args.output, None
     args.record = True
-    args.compat = args.pc = args.pid = args.histogram = args.irq = False
+    args.compat = args.pc = args.pid = args.histogram = args.irq = args.dma = False
     args.interval = None
     return trace(args)

@@ -1,4 +1,5 @@
-"""The traced device's interrupts beside its accesses (--irq).
+"""The traced device's interrupts and DMA mappings beside its accesses
+(--irq, --dma).
 
 The exerciser raises edu's interrupt (a write of 1 to 0x60) and its
 handler reads the status (0x24) and acks it (0x64), COUNT times, through
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 from conftest import EXERCISER_DEBUGFS
 from ng_tracer import NG, NgTracer, sections
@@ -75,3 +77,39 @@ def test_interrupts_are_in_the_trace_where_they_happened(exerciser):
                             if not IRQ_MARK.match(line))
     # the MSI section: MAP, three accesses an interrupt, UNMAP
     assert " irq " not in plain and sections(plain)[2].count("\n") == 3 * COUNT + 2
+
+
+DMA_MARK = re.compile(r"^MARK \d+\.\d{6} dma (\S+) (\S+) (0x[0-9a-f]+) (\d+) (\S+)$")
+DMA_TRACEPOINTS = Path("/sys/kernel/tracing/events/dma")
+
+
+def test_dma_mappings_are_in_the_trace_before_the_registers_that_use_them(exerciser):
+    """edu DMA of a mapped page to the device and back into a coherent
+    buffer: on a kernel with the dma tracepoints, the coherent buffer's
+    alloc, the page's map, the writes of exactly those bus addresses to the
+    DMA address registers, the unmap and the free, in that order; on one
+    without them, one line on stderr says DMA is not traced there."""
+    dev, bar0 = exerciser.dev.name, exerciser.bar0[0]
+    t = NgTracer(["--pci", dev, "--dma"], "ng-dma").start()
+    try:
+        text = t.section(lambda: stress("dma"))
+    finally:
+        assert t.stop() == 0, t.stderr()
+    to, back = dbg("dma_to"), dbg("dma_from")
+    assert to and back
+    if not DMA_TRACEPOINTS.is_dir():
+        assert t.stderr().count("DMA mappings are not traced") == 1, t.stderr()
+        assert " dma " not in text
+        return
+    got = []
+    for line in text.splitlines():
+        if m := DMA_MARK.match(line):
+            assert m[2] == dev and m[4] == "4096", line
+            got.append(f"{m[1]} {int(m[3], 16):#x} {m[5]}")
+        elif (m := re.match(r"^W 8 \S+ \d+ (0x[0-9a-f]+) (0x[0-9a-f]+) ", line)) \
+                and int(m[1], 16) - bar0 in (0x80, 0x88):
+            got.append(f"W {int(m[1], 16) - bar0:#x} {int(m[2], 16):#x}")
+    assert got == [f"alloc {back:#x} bidirectional", f"map {to:#x} to-device",
+                   f"W 0x80 {to:#x}", "W 0x88 0x40000", "W 0x80 0x40000", f"W 0x88 {back:#x}",
+                   f"unmap {to:#x} to-device", f"free {back:#x} bidirectional"], text
+    assert "DMA mappings are not traced" not in t.stderr()

@@ -264,7 +264,8 @@ def test_headers_parsed_completely() -> None:
         "ng_rec_mark",
         "ng_rec_untraced",
         "ng_rec_irq",
-        "ng_irq_dev",
+        "ng_rec_dma",
+        "ng_dev_name",
         "ng_hist_key",
         "ng_hist_val",
     }
@@ -282,6 +283,7 @@ def test_headers_parsed_completely() -> None:
         "NG_REC_MARK",
         "NG_REC_UNTRACED",
         "NG_REC_IRQ",
+        "NG_REC_DMA",
     ]
     assert rec.enums["ng_config"][-1] == "NG_CONFIG_SLOTS"
     assert {"NG_MARK_MAX", "NG_INSN_BYTES"} <= set(rec.defines)

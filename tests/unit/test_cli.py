@@ -139,8 +139,8 @@ def test_help_lists_the_subcommands(argv, capsys):
 @pytest.mark.parametrize("name,words", [
     ("mark", ["usage: mmiotrace-ng mark [-h] [--] TEXT...", "trace_marker", "joined by spaces"]),
     ("render", ["usage: mmiotrace-ng render [-h] [-o OUT] [--compat] [--pc] [--pid] [--irq]"
-                "\n                           FILE",
-                "--compat", "--pid", "--irq", "record (or --raw)"]),
+                "\n                           [--dma]\n                           FILE",
+                "--compat", "--pid", "--irq", "--dma", "record (or --raw)"]),
     ("record", ["usage: mmiotrace-ng record [-h] [--pci BDF[@BARS]] [--all]",
                 "--output FILE", "the drain is a copy"]),
     ("status", ["usage: mmiotrace-ng status [-h]", "counters"]),
@@ -163,24 +163,25 @@ def test_the_trace_parses_the_same_options():
         "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
         "no_existing": True, "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
-        "histogram": False, "interval": None, "irq": False}
+        "histogram": False, "interval": None, "irq": False, "dma": False}
     assert vars(arguments.parse_args(["--all"])) == {
         "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None,
-        "irq": False}
+        "irq": False, "dma": False}
     assert vars(arguments.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
         "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0,
-        "irq": False}
+        "irq": False, "dma": False}
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--pci", "1:0.0", "-i", "1"], "-i SECONDS needs --histogram"),
     (["--pci", "1:0.0", "--histogram", "-i", "0"], "-i SECONDS needs --histogram"),
-    (["--pci", "1:0.0", "--histogram", "--raw", "x"], "no --raw, --compat or --irq"),
-    (["--pci", "1:0.0", "--histogram", "--irq"], "no --raw, --compat or --irq"),
+    (["--pci", "1:0.0", "--histogram", "--raw", "x"], "no --raw, --compat, --irq or --dma"),
+    (["--pci", "1:0.0", "--histogram", "--irq"], "no --raw, --compat, --irq or --dma"),
+    (["--pci", "1:0.0", "--histogram", "--dma"], "no --raw, --compat, --irq or --dma"),
 ])
 def test_histogram_option_errors(argv, message, capsys):
     status, _out, err = run_main(argv, capsys)

@@ -101,7 +101,7 @@ def test_padding_slack(rec: ctypes.Structure) -> None:
         parse(raw + b"\0" * PAD_SLACK)
 
 
-@pytest.mark.parametrize("rtype", [0, 7, 0x100, 0xFFFF])
+@pytest.mark.parametrize("rtype", [0, 8, 0x100, 0xFFFF])
 def test_unknown_type(rtype: int) -> None:
     raw = bytearray(bytes(fixed_records()[0]))
     struct.pack_into("<H", raw, NgRecAccess.hdr.offset + 12, rtype)

@@ -20,6 +20,7 @@ from mmiotrace_ng.format.abi import MMIOTNG_OP_WRITE
 from mmiotrace_ng.format.records import (
     NG_MARK_MAX,
     NgRecAccess,
+    NgRecDma,
     NgRecHdr,
     NgRecIrq,
     NgRecMap,
@@ -101,8 +102,8 @@ C_UNTRACED = ("MARK %u.%06lu mmiotrace-ng: ioremap of 0x%llx size 0x%llx at 0x%l
 UNTRACED_WORDS = {-2: "it is not inside one traced BAR", -12: "the helper ran out of memory"}
 
 
-def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq,
-           opts: Options) -> str:
+def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq
+           | NgRecDma, opts: Options) -> str:
     """What the stream must hold for one record, from the C formats above."""
     text = c_printf(C_LOST, rec.hdr.lost) if rec.hdr.lost else ""
     secs, usecs = kernel_time(rec.hdr.ts_ns)
@@ -144,6 +145,13 @@ def oracle(rec: NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced 
                            3: "handled+wake-thread"}[rec.ret & 3])
         line = (c_printf(C_MARK, secs, usecs, f"irq {rec.irq} {rec.dev.decode()} {what}\n")
                 if opts.irq else "")
+    elif isinstance(rec, NgRecDma):
+        # the words of docs/tracing.md, with --dma only
+        kind = ["map", "unmap", "alloc", "free", "map-sg", "unmap-sg"][rec.kind]
+        way = ["bidirectional", "to-device", "from-device", "none"][rec.dir]
+        line = (c_printf(C_MARK, secs, usecs,
+                         f"dma {kind} {rec.dev.decode()} 0x{rec.addr:x} {rec.size} {way}\n")
+                if opts.dma else "")
     else:
         # tracing_mark_write(): buf[cnt] = '\n' unless buf[cnt - 1] == '\n'
         msg = bytes(rec)[NgRecMark.text.offset :][: rec.len]
@@ -529,6 +537,13 @@ def random_records(n: int, seed: int) -> list[bytes]:
         elif roll < 0.89:
             raw = irqr(ts, rng.randrange(1 << 32), rng.randrange(2), rng.randrange(4),
                        lost=rng.choice([0, 0, 2]))
+        elif roll < 0.91:
+            rec = NgRecDma(addr=rng.getrandbits(64), size=rng.getrandbits(32),
+                           phys=rng.getrandbits(40), pid=i, kind=rng.randrange(6),
+                           dir=rng.randrange(4), dev=b"0000:01:00.0")
+            rec.hdr.type, rec.hdr.ts_ns = NgRecType.NG_REC_DMA, ts
+            rec.hdr.lost = rng.choice([0, 0, 4])
+            raw = bytes(rec)
         elif roll < 0.94:
             raw = raw_mark(
                 markr(
@@ -555,11 +570,11 @@ def random_records(n: int, seed: int) -> list[bytes]:
     ("show_pc", "show_pid"),
     [(False, False), (True, False), (False, True), (True, True)],
 )
-@pytest.mark.parametrize("irq", [False, True])
+@pytest.mark.parametrize("irq", [False, True])   # and --dma
 def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool, irq: bool) -> None:
     from mmiotrace_ng.format.records import BadRecord, parse
 
-    opts = Options(compat, show_pc, show_pid, irq)
+    opts = Options(compat, show_pc, show_pid, irq, dma=irq)
     raws = random_records(3000, seed=hash((compat, show_pc, show_pid, irq)) & 0xFFFF)
     want: list[str] = []
     bad = lost = 0
@@ -574,10 +589,10 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool, irq: b
         lost += rec.hdr.lost
         counts[NgRecType(rec.hdr.type)] += 1
     assert bad > 0 and lost > 0 and all(counts.values())
-    batch = Renderer(compat, show_pc, show_pid, irq)
+    batch = Renderer(compat, show_pc, show_pid, irq, dma=irq)
     assert batch.feed_batch(iter(raws)) == "".join(want)
     assert (batch.bad, batch.lost, batch.counts) == (bad, lost, counts)
-    single = Renderer(compat, show_pc, show_pid, irq)
+    single = Renderer(compat, show_pc, show_pid, irq, dma=irq)
     assert "".join(single.feed(raw) for raw in raws) == "".join(want)
     assert (single.bad, single.lost, single.counts) == (bad, lost, counts)
     assert single.stats() == {
@@ -587,6 +602,7 @@ def test_batch_equals_oracle(compat: bool, show_pc: bool, show_pid: bool, irq: b
         "mark": counts[NgRecType.NG_REC_MARK],
         "untraced": counts[NgRecType.NG_REC_UNTRACED],
         "irq": counts[NgRecType.NG_REC_IRQ],
+        "dma": counts[NgRecType.NG_REC_DMA],
         "lost": lost,
         "bad": bad,
     }
@@ -762,3 +778,26 @@ def test_interrupts_are_mark_lines_with_irq_only() -> None:
     r = Renderer()
     r.feed_batch(raws)
     assert r.stats()["irq"] == 5 and r.stats()["access"] == 5
+
+
+def test_dma_mappings_are_mark_lines_with_dma_only() -> None:
+    """--dma: a mapping's kind, device, bus address, size and direction in
+    a MARK line; without it nothing but the loss the record carries."""
+    def dmar(ts: int, kind: int, addr: int, size: int, way: int, lost: int = 0) -> bytes:
+        rec = NgRecDma(addr=addr, size=size, phys=0x1234000, pid=1, kind=kind, dir=way,
+                       dev=b"0000:00:05.0")
+        rec.hdr.type, rec.hdr.ts_ns, rec.hdr.lost = NgRecType.NG_REC_DMA, ts, lost
+        return bytes(rec)
+
+    raws = [dmar(3_000_000_000, 0, 0x1f3a000, 4096, 1),
+            dmar(3_000_500_000, 1, 0x1f3a000, 4096, 1),
+            dmar(3_001_000_000, 2, 0x100000, 65536, 0, lost=2),
+            dmar(3_002_000_000, 5, 0x2000, 512, 2)]
+    assert Renderer(dma=True).feed_batch(raws).splitlines() == [
+        "MARK 3.000000 dma map 0000:00:05.0 0x1f3a000 4096 to-device",
+        "MARK 3.000500 dma unmap 0000:00:05.0 0x1f3a000 4096 to-device",
+        "MARK 0.000000 Lost 2 events.",
+        "MARK 3.001000 dma alloc 0000:00:05.0 0x100000 65536 bidirectional",
+        "MARK 3.002000 dma unmap-sg 0000:00:05.0 0x2000 512 from-device",
+    ]
+    assert Renderer(irq=True).feed_batch(raws) == "MARK 0.000000 Lost 2 events.\n"

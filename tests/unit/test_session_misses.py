@@ -29,7 +29,8 @@ class FakeProbes:
 
 
 def finish(drops: tuple[int, int], misses: int | OSError) -> tuple[str, int]:
-    args = argparse.Namespace(compat=False, pc=False, pid=False, histogram=False, irq=False)
+    args = argparse.Namespace(compat=False, pc=False, pid=False, histogram=False, irq=False,
+                              dma=False)
     out = io.BytesIO()
     session = Session(args, out)
     session.probes = FakeProbes(drops, misses)    # type: ignore[assignment]

@@ -27,6 +27,7 @@
  *   crossirq_reads: the reads the other CPU made in the last "crossirq"
  *   irq_handled, irq_vector: the interrupts the last "irq_intx"/"irq_msi"
  *     run's handler handled, and the Linux interrupt number it had
+ *   dma_to, dma_from: the bus addresses of the last "dma" run's buffers
  *
  * The write returns once the scenario has finished: the number of bytes
  * written on success, -EINVAL for an unknown name or a bad COUNT, -EIO when a
@@ -50,10 +51,10 @@
  *   0x08 factorial: by the stress scenario "fact" only (asynchronous)
  *   0x60 raise irq, 0x64 ack irq: by the stress scenarios "irq_intx" and
  *   "irq_msi" only (their handler reads 0x24 and acks what it read)
- * Never touched: 0x90 DMA count, 0x98 DMA command.  edu only accepts 4- and 8-byte
- * accesses: QEMU rejects 1- and 2-byte ones before edu sees them, so such
- * reads return 0 and such writes are ignored.  An 8-byte read below 0x80
- * returns all ones.
+ *   0x90 DMA count, 0x98 DMA command: by the stress scenario "dma" only
+ * edu only accepts 4- and 8-byte accesses: QEMU rejects 1- and 2-byte ones
+ * before edu sees them, so such reads return 0 and such writes are ignored.
+ * An 8-byte read below 0x80 returns all ones.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -64,6 +65,7 @@
 #include <linux/ctype.h>
 #include <linux/debugfs.h>
 #include <linux/delay.h>
+#include <linux/dma-mapping.h>
 #include <linux/interrupt.h>
 #include <linux/io.h>
 #include <linux/kprobes.h>
@@ -102,6 +104,13 @@
 #define EDU_REG_HOLE		0x40	/* no register there */
 #define EDU_REG_DMA_SRC		0x80
 #define EDU_REG_DMA_DST		0x88
+#define EDU_REG_DMA_COUNT	0x90
+#define EDU_REG_DMA_CMD		0x98
+#define EDU_DMA_RUN		0x1	/* command: start; clear when done */
+#define EDU_DMA_FROM_EDU	0x2	/* command: from edu's buffer to RAM */
+#define EDU_DMA_BUF		0x40000	/* edu's own buffer, as a DMA address */
+#define EDU_DMA_BITS		28	/* the addresses edu can reach */
+#define EDU_DMA_LEN		2048	/* QEMU stops on a transfer of its whole buffer */
 #define EDU_SPARE_PAGE		0x1000	/* first page without registers */
 
 #define EDU_IDENT_VALUE		0x010000edU
@@ -142,6 +151,8 @@ struct edu_ex {
 	u32 nmi_second;		/* "nmi": of them, followed by a second read */
 	u32 nmi_unknown;	/* "nmi": the second access is a testl of 0x00 */
 	u32 crossirq_reads;	/* "crossirq": reads of the other CPU */
+	u64 dma_to;		/* "dma": bus address of the buffer sent to edu */
+	u64 dma_from;		/* "dma": ... of the one edu wrote back */
 	u32 irq_handled;	/* "irq_*": interrupts its handler handled */
 	u32 irq_vector;		/* "irq_*": its Linux interrupt number */
 	void __iomem *irq_base;	/* "irq_*": the mapping its handler uses */
@@ -1490,6 +1501,83 @@ static int st_irq_msi(struct edu_ex *ex, unsigned int count)
 	return st_irq(ex, count, PCI_IRQ_MSI);
 }
 
+/* One edu DMA of len bytes between addr and edu's buffer; 0 when done. */
+static int edu_dma_run(void __iomem *base, dma_addr_t addr, u32 len, u32 cmd)
+{
+	unsigned int waited;
+
+	if (cmd & EDU_DMA_FROM_EDU) {
+		writeq(EDU_DMA_BUF, base + EDU_REG_DMA_SRC);
+		writeq(addr, base + EDU_REG_DMA_DST);
+	} else {
+		writeq(addr, base + EDU_REG_DMA_SRC);
+		writeq(EDU_DMA_BUF, base + EDU_REG_DMA_DST);
+	}
+	writeq(len, base + EDU_REG_DMA_COUNT);
+	writeq(cmd | EDU_DMA_RUN, base + EDU_REG_DMA_CMD);
+	/* edu finishes a transfer 100 ms (QEMU's virtual clock) after */
+	for (waited = 0; waited < 2000; waited++) {
+		if (!(readq(base + EDU_REG_DMA_CMD) & EDU_DMA_RUN))
+			return 0;
+		usleep_range(1000, 2000);
+	}
+	return -ETIMEDOUT;
+}
+
+/*
+ * "dma": a kmalloc'ed page mapped to the device (dma_map_single), its first
+ * half sent to edu's buffer and written back from it into a coherent page
+ * (dma_alloc_coherent); the two must then hold the same bytes.  Their bus addresses are kept in
+ * dma_to and dma_from.
+ */
+static int st_dma(struct edu_ex *ex, unsigned int count)
+{
+	struct device *dev = &ex->pdev->dev;
+	void __iomem *base;
+	dma_addr_t to, from;
+	u8 *out, *back;
+	int ret, i;
+
+	ret = dma_set_mask_and_coherent(dev, DMA_BIT_MASK(EDU_DMA_BITS));
+	if (ret)
+		return ret;
+	base = edu_map(ex);
+	if (!base)
+		return -ENOMEM;
+	ret = -ENOMEM;
+	out = kmalloc(PAGE_SIZE, GFP_KERNEL | GFP_DMA);
+	if (!out)
+		goto out_unmap;
+	for (i = 0; i < PAGE_SIZE; i++)
+		out[i] = i * 7 + 1;
+	back = dma_alloc_coherent(dev, PAGE_SIZE, &from, GFP_KERNEL);
+	if (!back)
+		goto out_free;
+	to = dma_map_single(dev, out, PAGE_SIZE, DMA_TO_DEVICE);
+	ret = dma_mapping_error(dev, to);
+	if (ret)
+		goto out_coherent;
+	ex->dma_to = to;
+	ex->dma_from = from;
+	pci_set_master(ex->pdev);
+	ret = edu_dma_run(base, to, EDU_DMA_LEN, 0);
+	if (!ret)
+		ret = edu_dma_run(base, from, EDU_DMA_LEN, EDU_DMA_FROM_EDU);
+	pci_clear_master(ex->pdev);
+	dma_unmap_single(dev, to, PAGE_SIZE, DMA_TO_DEVICE);
+	if (!ret && memcmp(out, back, EDU_DMA_LEN)) {
+		pr_err("dma: the page edu wrote back differs from the one sent\n");
+		ex->errors++;
+	}
+out_coherent:
+	dma_free_coherent(dev, PAGE_SIZE, back, from);
+out_free:
+	kfree(out);
+out_unmap:
+	edu_unmap(ex, base);
+	return ret ? ret : edu_result(ex);
+}
+
 static const struct edu_scenario edu_stress[] = {
 	{ "stride", st_stride, true,
 	  "one BAR0 mapping; COUNT rounds of readl of every page" },
@@ -1527,6 +1615,8 @@ static const struct edu_scenario edu_stress[] = {
 	  "COUNT x (writel 1 to 0x60; the INTx handler reads 0x24, writes it to 0x64)" },
 	{ "irq_msi", st_irq_msi, true,
 	  "COUNT x (writel 1 to 0x60; the MSI handler reads 0x24, writes it to 0x64)" },
+	{ "dma", st_dma, false,
+	  "half a mapped page DMAed to edu (0x80-0x98), back into a coherent page" },
 };
 
 static const struct edu_scenario edu_scenarios[] = {
@@ -2356,6 +2446,8 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	debugfs_create_u32("nmi_second", 0444, ex->dir, &ex->nmi_second);
 	debugfs_create_u32("nmi_unknown", 0600, ex->dir, &ex->nmi_unknown);
 	debugfs_create_u32("crossirq_reads", 0444, ex->dir, &ex->crossirq_reads);
+	debugfs_create_x64("dma_to", 0444, ex->dir, &ex->dma_to);
+	debugfs_create_x64("dma_from", 0444, ex->dir, &ex->dma_from);
 	debugfs_create_u32("irq_handled", 0444, ex->dir, &ex->irq_handled);
 	debugfs_create_u32("irq_vector", 0444, ex->dir, &ex->irq_vector);
 
