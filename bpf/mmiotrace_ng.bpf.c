@@ -13,7 +13,9 @@
  * - the helper's tracepoint mmiotng_mark (trace_marker writes) -> MARK;
  * - irq_handler_entry/exit (raw tracepoints) of an interrupt in irq_lines
  *   (the traced devices' lines and vectors) -> IRQ; __setup_irq entry (a
- *   kprobe) keeps irq_lines up to date as drivers request MSI vectors;
+ *   kprobe) keeps irq_lines up to date as drivers request MSI vectors, and
+ *   pcibios_enable_device's return (a kretprobe) with the INTx line a
+ *   device gets when its driver enables it;
  * - the dma tracepoints (6.12 and later) of a device in traced_devs -> DMA.
  *
  * Everything goes into one ring buffer.  A failed reserve counts a drop on
@@ -31,6 +33,7 @@
 #include <linux/interrupt.h>
 #include <linux/irq.h>
 #include <linux/msi.h>
+#include <linux/pci.h>
 #include <linux/scatterlist.h>
 
 #include "mmiotrace_ng.h"
@@ -83,6 +86,8 @@ BPF_PERCPU_ARRAY(map_cache, struct ng_map_cache, 1);
  * the vectors requested later)
  */
 BPF_HASH(irq_lines, u32, struct ng_dev_name, 1024);
+/* pcibios_enable_device's device, by the task enabling it */
+BPF_HASH(enabling, u64, u64, 256);
 /* the traced devices, by name (the value is unused) */
 BPF_HASH(traced_devs, struct ng_dev_name, u8, 256);
 
@@ -488,6 +493,42 @@ int on_setup_irq(struct pt_regs *ctx)
 	else
 		irq_lines.delete(&irq);
 #endif
+	return 0;
+}
+
+/* pcibios_enable_device(dev, mask) entry: the device, for the return */
+int on_pci_enable(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u64 dev = PT_REGS_PARM1(ctx);
+
+	enabling.update(&id, &dev);
+	return 0;
+}
+
+/*
+ * pcibios_enable_device's return: the device's INTx line is set now (it
+ * may not have been before its driver enabled it).  A traced device's goes
+ * into irq_lines.
+ */
+int on_pci_enable_return(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	struct pci_dev *pdev;
+	struct ng_dev_name d;
+	unsigned int irq = 0;
+	u64 *dev;
+
+	dev = enabling.lookup(&id);
+	if (!dev)
+		return 0;
+	pdev = (struct pci_dev *)*dev;
+	enabling.delete(&id);
+	if (PT_REGS_RC(ctx))
+		return 0;
+	bpf_probe_read_kernel(&irq, sizeof(irq), &pdev->irq);
+	if (irq && ng_traced_dev(&pdev->dev, &d))
+		irq_lines.update(&irq, &d);
 	return 0;
 }
 

@@ -50,7 +50,8 @@ def kernel_functions(names: tuple[str, ...]) -> list[str]:
 
 
 PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
-            "on_map", "on_setup_irq", "on_irq_entry", "on_irq_exit", "on_dma_map",
+            "on_map", "on_setup_irq", "on_pci_enable", "on_pci_enable_return",
+            "on_irq_entry", "on_irq_exit", "on_dma_map",
             "on_dma_unmap", "on_dma_alloc", "on_dma_free", "on_dma_map_sg", "on_dma_unmap_sg")
 # Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
 # also run when the access is made from inside another kprobe's handler).
@@ -60,6 +61,7 @@ TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_T
 # around each hard interrupt handler, and where a handler is installed.
 IRQ_TRACEPOINTS = {"on_irq_entry": "irq_handler_entry", "on_irq_exit": "irq_handler_exit"}
 IRQ_SETUP = "__setup_irq"
+PCI_ENABLE = "pcibios_enable_device"        # sets a device's INTx line (x86)
 # The traced devices' DMA mappings (--dma, record): the kernel's dma
 # tracepoints (6.12 and later; 7.x names map/unmap_page and _resource *_phys).
 DMA_TRACEPOINTS = {
@@ -179,12 +181,20 @@ class Probes:
         What cannot be followed is said in the list returned (for stderr)."""
         notes = []
         names = self._trace_devices(devices)
-        if kernel_functions((IRQ_SETUP,)):
+        found = kernel_functions((IRQ_SETUP, PCI_ENABLE))
+        if IRQ_SETUP in found:
             self._attach_one(IRQ_SETUP, "on_setup_irq")
             self.attached.append(IRQ_SETUP)
         else:
             notes.append(f"this kernel has no {IRQ_SETUP} to probe: MSI vectors requested "
                          "while tracing are not followed")
+        if PCI_ENABLE in found:
+            self._attach_one(PCI_ENABLE, "on_pci_enable")
+            self._attach_one(PCI_ENABLE, "on_pci_enable_return", retprobe=True)
+            self.attached.append(PCI_ENABLE)
+        else:
+            notes.append(f"this kernel has no {PCI_ENABLE} to probe: the INTx line of a "
+                         "device enabled while tracing is not followed")
         for dev, name in names.items():
             for irq in pci.device_irqs(dev):
                 self._update("irq_lines", ctypes.c_uint32(irq), name)

@@ -202,8 +202,9 @@ def all_devices(sysfs_root: str | os.PathLike[str] = "/sys") -> list[str]:
 
 def device_irqs(bdf: str, sysfs_root: str | os.PathLike[str] = "/sys") -> list[int]:
     """The interrupts a device has now: its MSI/MSI-X vectors (msi_irqs/)
-    and its line (irq: the INTx line, or the first MSI vector while MSI is
-    on; 0 for none), each once, in order.  Empty if the device went away."""
+    and, once it is enabled, its line (irq: the INTx line, or the first MSI
+    vector while MSI is on; 0 for none), each once, in order.  Empty if the
+    device went away."""
     path = Path(sysfs_root, "bus/pci/devices", bdf)
     found: set[int] = set()
     try:
@@ -211,9 +212,12 @@ def device_irqs(bdf: str, sysfs_root: str | os.PathLike[str] = "/sys") -> list[i
     except OSError:
         pass                # no MSI vector allocated
     try:
-        line = int((path / "irq").read_text().strip())
+        # not enabled yet: "irq" is not the line it will have (its driver
+        # enables it, then the kretprobe of pcibios_enable_device sees it)
+        if int((path / "enable").read_text().strip()):
+            line = int((path / "irq").read_text().strip())
+            if line > 0:
+                found.add(line)
     except (OSError, ValueError):
-        line = 0
-    if line > 0:
-        found.add(line)
+        pass
     return sorted(found)

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import EXERCISER_DEBUGFS
+from kernel_tracer import find_pci_device
 from ng_tracer import NG, NgTracer, sections
 
 COUNT = 5
@@ -48,7 +49,7 @@ def steps(text: str, bar0: int) -> list[str]:
 def test_interrupts_are_in_the_trace_where_they_happened(exerciser):
     """INTx, then MSI: each interrupt's entry comes after the write that
     raised it, the handler's read of the status and its ack inside it, its
-    exit (handled) after them; as many as the handler handled, with the
+    exit (handled) after them and before the next entry; as many as the handler handled, with the
     interrupt number the kernel gave; none without --irq in the same
     recording's report, which with --irq equals the live text."""
     dev, bar0 = exerciser.dev.name, exerciser.bar0[0]
@@ -63,9 +64,17 @@ def test_interrupts_are_in_the_trace_where_they_happened(exerciser):
     assert intx_handled == msi_handled == COUNT
     assert intx_vector != msi_vector, "the MSI vector is the INTx line?"
     for text, vector in ((intx, intx_vector), (msi, msi_vector)):
-        want = ["raise 1", f"enter {vector} {dev} edu_exerciser", "status 1", "ack 1",
-                f"exit {vector} {dev} handled"] * COUNT
-        assert steps(text, bar0) == want, text[-3000:]
+        got = steps(text, bar0)
+        assert [s for s in got if not s.startswith("exit")] == [
+            "raise 1", f"enter {vector} {dev} edu_exerciser", "status 1", "ack 1"] * COUNT, text
+        # each exit after its handler's ack, before the next handler's entry;
+        # the next raise may come before it: the handler may run on another
+        # CPU (the first interrupt after the line was pointed at this CPU)
+        where = {kind: [i for i, s in enumerate(got) if s.startswith(kind)]
+                 for kind in ("enter", "ack", "exit")}
+        assert [got[i] for i in where["exit"]] == [f"exit {vector} {dev} handled"] * COUNT
+        assert all(a < x for a, x in zip(where["ack"], where["exit"], strict=True)), text
+        assert all(x < e for x, e in zip(where["exit"][:-1], where["enter"][1:], strict=True)), text
     assert f"{4 * COUNT} interrupt records" in t.stderr(), t.stderr()
     live = t.text()
     with_irq = subprocess.run([*NG, "report", "--irq", str(t.raw)], capture_output=True,
@@ -113,3 +122,56 @@ def test_dma_mappings_are_in_the_trace_before_the_registers_that_use_them(exerci
                    f"W 0x80 {to:#x}", "W 0x88 0x40000", "W 0x80 0x40000", f"W 0x88 {back:#x}",
                    f"unmap {to:#x} to-device", f"free {back:#x} bidirectional"], text
     assert "DMA mappings are not traced" not in t.stderr()
+
+
+E1000_ID = (0x8086, 0x100E)
+E1000_TRAFFIC = """
+set -e
+modprobe e1000
+for i in $(seq 100); do [ -d /sys/bus/pci/devices/{bdf}/net ] && break; sleep 0.1; done
+nic=$(ls /sys/bus/pci/devices/{bdf}/net)
+ip link set "$nic" up
+ip addr add 10.0.2.15/24 dev "$nic"
+sleep 2
+python3 -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(20):
+    s.sendto(b'mmiotrace-ng', ('10.0.2.2', 9)); time.sleep(0.05)
+"
+echo "$nic $(cat /sys/bus/pci/devices/{bdf}/irq)" > {nicfile}
+rmmod e1000
+"""
+
+
+def irq_counts() -> dict[int, int]:
+    """The interrupts the kernel counted on each line, all CPUs."""
+    return {int(p.parent.name): sum(int(n) for n in p.read_text().strip().split(","))
+            for p in Path("/sys/kernel/irq").glob("*/per_cpu_count")}
+
+
+def test_e1000_interrupts_are_those_the_kernel_counted(tmp_path):
+    """e1000 loaded, brought up, sending datagrams and unloaded under
+    --irq: a handler entry, with the NIC's name, for every interrupt the
+    kernel counted on its line meanwhile, each with its exit.  The line is
+    the one the device got when its driver enabled it, after the start."""
+    nic = find_pci_device(*E1000_ID)
+    assert nic is not None, "boot the VM with --qemu '-device e1000,...'"
+    subprocess.run(["rmmod", "e1000"], capture_output=True)
+    before = irq_counts()
+    nicfile = tmp_path / "nic"
+    script = E1000_TRAFFIC.replace("{bdf}", nic.name).replace("{nicfile}", str(nicfile))
+    t = NgTracer(["--pci", nic.name, "--irq"], "ng-irq-e1000").start()
+    try:
+        text = t.section(lambda: subprocess.run(["sh", "-c", script], check=True))
+    finally:
+        assert t.stop() == 0, t.stderr()
+    name, line_text = nicfile.read_text().split()
+    line = int(line_text)       # given when the driver enabled the device
+    counted = irq_counts()[line] - before.get(line, 0)
+    marks = [m.groups() for ln in text.splitlines() if (m := IRQ_MARK.match(ln))]
+    enters = [m for m in marks if m[2] == "enter"]
+    assert counted > 0 and len(enters) == counted, (counted, marks[:20])
+    assert {m[:3] for m in enters} == {(str(line), nic.name, "enter")}
+    assert {m[3] for m in enters} == {name}
+    assert [m[2] for m in marks] == ["enter", "exit"] * counted
