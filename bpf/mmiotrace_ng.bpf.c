@@ -85,11 +85,11 @@ BPF_PERCPU_ARRAY(map_cache, struct ng_map_cache, 1);
  * the lines and vectors the devices have at the start, on_setup_irq with
  * the vectors requested later)
  */
-BPF_HASH(irq_lines, u32, struct ng_dev_name, 1024);
+BPF_HASH(irq_lines, u32, struct ng_dev_name, NG_IRQ_LINES);
 /* pcibios_enable_device's device, by the task enabling it */
 BPF_HASH(enabling, u64, u64, 256);
 /* the traced devices, by name (the value is unused) */
-BPF_HASH(traced_devs, struct ng_dev_name, u8, 256);
+BPF_HASH(traced_devs, struct ng_dev_name, u8, NG_TRACED_DEVS);
 
 /* map_ids changed: cached map ids are looked up again */
 static __always_inline void ng_map_ids_changed(void)
@@ -524,7 +524,7 @@ int on_pci_enable_return(struct pt_regs *ctx)
 		return 0;
 	pdev = (struct pci_dev *)*dev;
 	enabling.delete(&id);
-	if (PT_REGS_RC(ctx))
+	if ((int)PT_REGS_RC(ctx))
 		return 0;
 	bpf_probe_read_kernel(&irq, sizeof(irq), &pdev->irq);
 	if (irq && ng_traced_dev(&pdev->dev, &d))
@@ -636,11 +636,15 @@ int on_dma_free(struct bpf_raw_tracepoint_args *ctx)
 
 /* the entries of a scatterlist at most (more are counted as dropped) */
 #define NG_DMA_SG_MAX	16
+/* the list's chain links followed at most on the way */
+#define NG_DMA_SG_LINKS	4
 
 /*
  * The first n entries of a mapped scatterlist, each a record: its bus
  * address and length (sg_dma_address, sg_dma_len), its page's physical
- * address unknown here (0).  A chained list is followed.
+ * address unknown here (0).  Chain links are followed (not entries, as
+ * for_each_sg); an entry of length 0 (not mapped: dma_unmap_sg passes the
+ * list's whole length) makes no record.
  */
 static __always_inline void ng_dma_sg(struct bpf_raw_tracepoint_args *ctx, u8 kind,
 				      int n, u64 dir)
@@ -648,15 +652,15 @@ static __always_inline void ng_dma_sg(struct bpf_raw_tracepoint_args *ctx, u8 ki
 	struct scatterlist *sg = (struct scatterlist *)ctx->args[1];
 	struct ng_dev_name d;
 	unsigned long link;
+	int i, done = 0;
 	u64 addr;
 	u32 len;
-	int i;
 
 	if (!ng_traced_dev((struct device *)ctx->args[0], &d))
 		return;
-	for (i = 0; i < NG_DMA_SG_MAX; i++) {
-		if (i >= n || !sg)
-			return;
+	for (i = 0; i < NG_DMA_SG_MAX + NG_DMA_SG_LINKS; i++) {
+		if (done >= n || done >= NG_DMA_SG_MAX || !sg)
+			break;
 		link = 0;
 		bpf_probe_read_kernel(&link, sizeof(link), &sg->page_link);
 		if (link & SG_CHAIN) {
@@ -671,13 +675,15 @@ static __always_inline void ng_dma_sg(struct bpf_raw_tracepoint_args *ctx, u8 ki
 #else
 		bpf_probe_read_kernel(&len, sizeof(len), &sg->length);
 #endif
-		ng_dma(&d, kind, addr, len, 0, dir);
+		if (len)
+			ng_dma(&d, kind, addr, len, 0, dir);
+		done++;
 		if (link & SG_END)
 			return;
 		sg++;
 	}
-	if (n > NG_DMA_SG_MAX)
-		ng_count_drops(n - NG_DMA_SG_MAX);
+	if (n > done)
+		ng_count_drops(n - done);
 }
 
 /* dma_map_sg(dev, sgl, nents, ents, dir, attrs): ents entries mapped */

@@ -150,6 +150,10 @@ struct ng_rec_dma {
 	char dev[NG_NAME_LEN];	/* the traced device */
 };
 
+/* the devices whose interrupts and DMA are traced, and their interrupts, at most */
+#define NG_TRACED_DEVS	1024
+#define NG_IRQ_LINES	4096
+
 /* a device's name: the key of the map "traced_devs", the value of "irq_lines" */
 struct ng_dev_name {
 	char name[NG_NAME_LEN];

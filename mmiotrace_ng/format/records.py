@@ -23,6 +23,8 @@ from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG
 NG_MARK_MAX: Final = 4096
 NG_INSN_BYTES: Final = 8
 NG_NAME_LEN: Final = 16
+NG_TRACED_DEVS: Final = 1024   # devices whose interrupts and DMA are traced, at most
+NG_IRQ_LINES: Final = 4096     # their interrupts, at most
 
 
 class NgRecType(IntEnum):

@@ -28,7 +28,9 @@ from ..format.records import (
     NG_CONFIG_ALL,
     NG_CONFIG_HISTOGRAM,
     NG_CONFIG_TRACER,
+    NG_IRQ_LINES,
     NG_NAME_LEN,
+    NG_TRACED_DEVS,
     NgDevName,
     NgHistKey,
     NgHistVal,
@@ -157,10 +159,15 @@ class Probes:
             self.tp_fds.append(fd)
             self.attached.append(tp)
 
-    def _trace_devices(self, devices: list[str]) -> dict[str, NgDevName]:
-        """The devices' names into the map traced_devs (once)."""
+    def _trace_devices(self, devices: list[str], notes: list[str]) -> dict[str, NgDevName]:
+        """The devices' names into the map traced_devs (once; the first
+        NG_TRACED_DEVS: the rest are said in notes)."""
         if self._devices is None:
-            self._devices = {dev: NgDevName(dev.encode()[:NG_NAME_LEN - 1]) for dev in devices}
+            if len(devices) > NG_TRACED_DEVS:
+                notes.append(f"{len(devices)} devices: the interrupts and DMA of the first "
+                             f"{NG_TRACED_DEVS} only are traced")
+            self._devices = {dev: NgDevName(dev.encode()[:NG_NAME_LEN - 1])
+                             for dev in devices[:NG_TRACED_DEVS]}
             for name in self._devices.values():
                 self._update("traced_devs", name, ctypes.c_uint8(1))
         return self._devices
@@ -179,8 +186,8 @@ class Probes:
         requested from now on (the __setup_irq kprobe, for MSI vectors),
         then those they have now (sysfs), into the filter map irq_lines.
         What cannot be followed is said in the list returned (for stderr)."""
-        notes = []
-        names = self._trace_devices(devices)
+        notes: list[str] = []
+        names = self._trace_devices(devices, notes)
         found = kernel_functions((IRQ_SETUP, PCI_ENABLE))
         if IRQ_SETUP in found:
             self._attach_one(IRQ_SETUP, "on_setup_irq")
@@ -195,9 +202,11 @@ class Probes:
         else:
             notes.append(f"this kernel has no {PCI_ENABLE} to probe: the INTx line of a "
                          "device enabled while tracing is not followed")
-        for dev, name in names.items():
-            for irq in pci.device_irqs(dev):
-                self._update("irq_lines", ctypes.c_uint32(irq), name)
+        irqs = [(irq, name) for dev, name in names.items() for irq in pci.device_irqs(dev)]
+        if len(irqs) > NG_IRQ_LINES:
+            notes.append(f"{len(irqs)} interrupts: the first {NG_IRQ_LINES} only are traced")
+        for irq, name in irqs[:NG_IRQ_LINES]:
+            self._update("irq_lines", ctypes.c_uint32(irq), name)
         for prog, tp in IRQ_TRACEPOINTS.items():
             if not self._open_tracepoint(tp, prog):
                 notes.append(f"this kernel has no tracepoint {tp}: interrupts are not traced")
@@ -208,10 +217,11 @@ class Probes:
         """Record the DMA mappings of these devices: the kernel's dma
         tracepoints that it has.  What is not traced is said in the list
         returned."""
-        self._trace_devices(devices)
+        notes: list[str] = []
+        self._trace_devices(devices, notes)
         found = [self._open_tracepoint(tp, prog)
                  for prog, tps in DMA_TRACEPOINTS.items() for tp in tps]
-        return [] if any(found) else [DMA_NOT_HERE]
+        return notes if any(found) else [*notes, DMA_NOT_HERE]
 
     def pending(self, timeout_ms: int) -> memoryview:
         """The ring buffer's unread bytes (ringbuf.RingReader.pending), after

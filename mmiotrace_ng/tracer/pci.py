@@ -201,16 +201,19 @@ def all_devices(sysfs_root: str | os.PathLike[str] = "/sys") -> list[str]:
 
 
 def device_irqs(bdf: str, sysfs_root: str | os.PathLike[str] = "/sys") -> list[int]:
-    """The interrupts a device has now: its MSI/MSI-X vectors (msi_irqs/)
-    and, once it is enabled, its line (irq: the INTx line, or the first MSI
-    vector while MSI is on; 0 for none), each once, in order.  Empty if the
-    device went away."""
+    """The interrupts a device has now: its MSI/MSI-X vectors (msi_irqs/),
+    or if it has none and is enabled, its INTx line (irq; 0 for none), in
+    order.  Empty if the device went away."""
     path = Path(sysfs_root, "bus/pci/devices", bdf)
     found: set[int] = set()
     try:
         found.update(int(p.name) for p in (path / "msi_irqs").iterdir() if p.name.isdigit())
     except OSError:
         pass                # no MSI vector allocated
+    if found:
+        # MSI or MSI-X on: its INTx line (MSI-X leaves "irq" at it) is not
+        # its own, and may be another device's
+        return sorted(found)
     try:
         # not enabled yet: "irq" is not the line it will have (its driver
         # enables it, then the kretprobe of pcibios_enable_device sees it)

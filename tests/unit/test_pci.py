@@ -196,21 +196,24 @@ def test_selected_bars_rejects(sysfs: Path, spec: str, exc: type, message: str) 
 
 
 def test_device_irqs(tmp_path: Path) -> None:
-    """MSI vectors always, the INTx line only of an enabled device (before
-    its driver enables it, "irq" is not the line it will have)."""
+    """MSI vectors, or else the INTx line of an enabled device (before its
+    driver enables it, "irq" is not the line it will have; with MSI-X on it
+    is the unused INTx line, maybe another device's)."""
     from mmiotrace_ng.tracer.pci import device_irqs
 
     base = tmp_path / "bus/pci/devices"
     for name, enable, irq, msi in (("0000:00:03.0", "1", "21", ["40", "41"]),
                                    ("0000:00:04.0", "0", "11", []),
-                                   ("0000:00:05.0", "1", "0", ["33"])):
+                                   ("0000:00:05.0", "1", "0", ["33"]),
+                                   ("0000:00:07.0", "1", "19", [])):
         d = base / name
         (d / "msi_irqs").mkdir(parents=True)
         (d / "enable").write_text(enable + "\n")
         (d / "irq").write_text(irq + "\n")
         for n in msi:
             (d / "msi_irqs" / n).write_text("msi\n")
-    assert device_irqs("0000:00:03.0", tmp_path) == [21, 40, 41]
+    assert device_irqs("0000:00:03.0", tmp_path) == [40, 41]
     assert device_irqs("0000:00:04.0", tmp_path) == []
     assert device_irqs("0000:00:05.0", tmp_path) == [33]
     assert device_irqs("0000:00:06.0", tmp_path) == []
+    assert device_irqs("0000:00:07.0", tmp_path) == [19]
