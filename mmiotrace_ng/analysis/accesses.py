@@ -54,7 +54,10 @@ _OPS: Final = {MMIOTNG_OP_READ: "R", MMIOTNG_OP_WRITE: "W"}
 
 class Event(NamedTuple):
     """One line's worth of a trace.  kind: R, W, UNKNOWN, MAP, UNMAP, MARK or
-    PCIDEV (a header line, in text)."""
+    PCIDEV (a header line, in text); with extras (recordings only), IRQ
+    (map_id: the interrupt, width: 0 entry / 1 exit, value: the result,
+    text: "DEV\tHANDLER") and DMA (phys: the bus address, length: the size,
+    width: enum ng_dma_kind, value: the direction, text: the device)."""
 
     kind: str
     ts_ns: int = 0
@@ -69,11 +72,12 @@ class Event(NamedTuple):
     text: str = ""          # MARK: its text (no newline); UNKNOWN: "xx,xx,xx"; PCIDEV: the line
 
 
-def events(trace: Trace) -> Iterator[Event]:
-    """The events of a trace, in file order.  UsageError if it cannot be read."""
+def events(trace: Trace, extras: bool = False) -> Iterator[Event]:
+    """The events of a trace, in file order (with extras, a recording's
+    IRQ and DMA events too).  UsageError if it cannot be read."""
     try:
         if trace.recording is not None:
-            yield from _recorded(trace)
+            yield from _recorded(trace, extras)
         else:
             yield from _text(trace)
     except (TraceError, OSError) as exc:
@@ -125,7 +129,7 @@ def _text(trace: Trace) -> Iterator[Event]:
     yield from (e._replace(ts_ns=last) for e in held)
 
 
-def _recorded(trace: Trace) -> Iterator[Event]:
+def _recorded(trace: Trace, extras: bool = False) -> Iterator[Event]:
     rec = trace.recording
     assert rec is not None
     for line in rec.header.splitlines():
@@ -139,16 +143,17 @@ def _recorded(trace: Trace) -> Iterator[Event]:
             pos, raw = nxt
             if raw is None:
                 continue
-            for ev in record_events(raw):
+            for ev in record_events(raw, extras):
                 last = ev.ts_ns
                 yield ev
     if rec.pending_lost:
         yield Event("MARK", last, text=f"Lost {rec.pending_lost} events.")
 
 
-def record_events(raw: memoryview) -> list[Event]:
+def record_events(raw: memoryview, extras: bool = False) -> list[Event]:
     """The events of one record: a Lost marker if it says events were
-    dropped before it, then its own; none if it is corrupt."""
+    dropped before it, then its own; none if it is corrupt.  An IRQ or DMA
+    record has an event only with extras."""
     if len(raw) == _ACCESS_SIZE:
         (ts, lost, rtype, cpu, phys, value, ip, map_id, pid, width, op,
          insn) = _ACCESS_FIELDS.unpack(raw)
@@ -163,8 +168,16 @@ def record_events(raw: memoryview) -> list[Event]:
     except BadRecord:
         return []
     h = r.hdr
-    if isinstance(r, NgRecIrq | NgRecDma):     # not events of the 20070824 text
-        return [_lost(h.ts_ns, h.cpu, h.lost)] if h.lost else []
+    lost = [_lost(h.ts_ns, h.cpu, h.lost)] if h.lost else []
+    if isinstance(r, NgRecIrq):     # not events of the 20070824 text
+        what = r.handler if not r.exit else IRQ_RESULT_NAMES.get(r.ret & 3, b"none")
+        text = r.dev.decode(ENCODING, ERRORS) + "\t" + what.decode(ENCODING, ERRORS)
+        return lost + ([Event("IRQ", h.ts_ns, h.cpu, r.irq, width=r.exit, value=r.ret,
+                              pid=r.pid, text=text)] if extras else [])
+    if isinstance(r, NgRecDma):
+        return lost + ([Event("DMA", h.ts_ns, h.cpu, phys=r.addr, width=r.kind, value=r.dir,
+                              pid=r.pid, length=r.size,
+                              text=r.dev.decode(ENCODING, ERRORS))] if extras else [])
     if isinstance(r, NgRecAccess):     # an op parse accepts that the fast path did not
         ev = Event(_OPS.get(r.op, "UNKNOWN"), h.ts_ns, h.cpu, r.map_id, r.phys, r.width,
                    r.value, r.ip, r.pid, text=",".join(f"{b:02x}" for b in r.insn[:3]))
@@ -180,6 +193,10 @@ def record_events(raw: memoryview) -> list[Event]:
         text = mark_text(r).split(b"\0", 1)[0].decode(ENCODING, ERRORS).removesuffix("\n")
         ev = Event("MARK", h.ts_ns, h.cpu, pid=r.pid, text=text)
     return [_lost(h.ts_ns, h.cpu, h.lost), ev] if h.lost else [ev]
+
+
+IRQ_RESULT_NAMES: Final = {0: b"none", 1: b"handled", 2: b"wake-thread",
+                           3: b"handled+wake-thread"}
 
 
 def _lost(ts: int, cpu: int, n: int) -> Event:

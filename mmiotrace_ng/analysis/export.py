@@ -19,7 +19,14 @@ times in microseconds.  What goes where:
 - a MAP .. UNMAP is a nestable async span ("b"/"e", cat "map", id the map
   id): mappings overlap freely, which B/E pairs (a per-thread stack) cannot;
   one never unmapped ends at the trace's last time;
-- a MARK line (Lost markers too) is a global instant ("i", "s": "g").
+- a MARK line (Lost markers too) is a global instant ("i", "s": "g");
+- a recording's interrupts (IRQ records): each interrupt number a thread
+  of its own (tid IRQ_TID + the number, named "irq N DEVICE"), each
+  handler run a complete event from its entry to its exit, named "irq N
+  HANDLER", its result in args;
+- its DMA mappings (DMA records): nestable async spans (cat "dma") on one
+  thread ("DMA", tid DMA_TID), from the map or alloc to the unmap or free
+  of the same bus address, named "DMA 0xADDR +SIZE DIRECTION".
 
 The events are written in time order (the metadata first), whatever the
 order of the records (the CPUs' records interleave out of order in a
@@ -42,7 +49,7 @@ from typing import IO, Final
 
 from .. import __version__
 from ..common.errors import UsageError
-from ..format.render import ENCODING
+from ..format.render import DMA_DIRECTIONS, DMA_KINDS, ENCODING
 from ..format.timeorder import TimeOrder
 from .accesses import (
     NO_CPU,
@@ -62,8 +69,11 @@ TEXT_TID: Final = 0             # the one thread of a text trace
 ACCESS_NS: Final = 1000         # an access's duration if the next is later
 MAX_PCIDEV: Final = 1024        # header lines kept for otherData
 CACHE: Final = 1 << 16          # JSON pieces kept (registers, callers)
+IRQ_TID: Final = 1_000_000      # an interrupt's track: IRQ_TID + its number
+DMA_TID: Final = 999_999        # the DMA mappings' track
 _COUNT_KEYS: Final = {"R": "reads", "W": "writes", "UNKNOWN": "unknowns", "MAP": "maps",
-                      "UNMAP": "unmaps", "MARK": "marks"}
+                      "UNMAP": "unmaps", "MARK": "marks", "IRQ": "interrupt_records",
+                      "DMA": "dma_records"}
 _DUMPS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -155,6 +165,9 @@ class ChromeWriter:
         self.bases: dict[int, int] = {}                    # map id -> its phys
         self.last_ns = 0
         self.counts = dict.fromkeys(("R", "W", "UNKNOWN", "MAP", "UNMAP", "MARK"), 0)
+        self.irqs: dict[int, tuple[int, str]] = {}     # irq -> (entry's ts_ns, handler)
+        self.dma: dict[tuple[str, int], tuple[str, int]] = {}  # (dev, addr) -> (name, id)
+        self.dma_ids = 0
         self.symbols: Callable[[int], str] | None = None
 
     def emit(self, ev: dict, ts_ns: int = -1) -> None:
@@ -183,7 +196,13 @@ class ChromeWriter:
             return
         ts = ev.ts_ns
         self.last_ns = max(self.last_ns, ts)
-        self.counts[kind] += 1
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if kind == "IRQ":
+            self.irq(ev)
+            return
+        if kind == "DMA":
+            self.dma_event(ev)
+            return
         tid = TEXT_TID if ev.cpu == NO_CPU else ev.cpu
         if kind in ("R", "W", "UNKNOWN"):
             self.access(ev, tid)
@@ -284,7 +303,61 @@ class ChromeWriter:
         self.emit({"name": name, "ph": "e", "cat": "map", "id": ev.map_id,
                    "ts": _us(ev.ts_ns), "pid": PID, "tid": btid}, ev.ts_ns)
 
+    def irq(self, ev: Event) -> None:
+        """An interrupt handler's run: a span on its interrupt's track, from
+        its entry to its exit."""
+        dev, what = ev.text.split("\t", 1)
+        tid = IRQ_TID + ev.map_id
+        self.thread(tid, f"irq {ev.map_id} {dev}")
+        if not ev.width:
+            self.irqs[ev.map_id] = (ev.ts_ns, what)
+            return
+        entry = self.irqs.pop(ev.map_id, None)
+        if entry is None:       # its entry came before the trace
+            self.emit({"name": f"irq {ev.map_id} exit {what}", "ph": "i", "s": "t",
+                       "ts": _us(ev.ts_ns), "pid": PID, "tid": tid, "cat": "irq"}, ev.ts_ns)
+            return
+        start, handler = entry
+        self.order.add(start, _DUMPS({
+            "name": f"irq {ev.map_id} {handler}", "ph": "X", "pid": PID, "tid": tid,
+            "cat": "irq", "ts": _us(start), "dur": _us(max(0, ev.ts_ns - start)),
+            "args": {"device": dev, "result": what, "cpu": ev.cpu}}))
+
+    def dma_event(self, ev: Event) -> None:
+        """A DMA mapping: a span from its map (or alloc) to its unmap (or
+        free) on the DMA track."""
+        self.thread(DMA_TID, "DMA")
+        kind = DMA_KINDS[ev.width] if ev.width < len(DMA_KINDS) else f"kind-{ev.width}"
+        way = DMA_DIRECTIONS[ev.value] if ev.value < len(DMA_DIRECTIONS) else f"dir-{ev.value}"
+        key = (ev.text, ev.phys)
+        args = {"device": ev.text, "bus_address": f"0x{ev.phys:x}", "size": ev.length,
+                "direction": way, "kind": kind}
+        if kind in ("map", "alloc", "map-sg"):
+            if key in self.dma:         # mapped again unseen: end the first here
+                self.dma_event(ev._replace(width=DMA_KINDS.index("unmap")))
+            self.dma_ids += 1
+            name = f"DMA 0x{ev.phys:x} +{ev.length} {way}"
+            self.dma[key] = (name, self.dma_ids)
+            self.emit({"name": name, "ph": "b", "cat": "dma", "id": self.dma_ids,
+                       "ts": _us(ev.ts_ns), "pid": PID, "tid": DMA_TID, "args": args}, ev.ts_ns)
+            return
+        opened = self.dma.pop(key, None)
+        if opened is None:              # mapped before the trace
+            self.emit({"name": f"DMA {kind} 0x{ev.phys:x}", "ph": "i", "s": "t",
+                       "ts": _us(ev.ts_ns), "pid": PID, "tid": DMA_TID, "cat": "dma",
+                       "args": args}, ev.ts_ns)
+            return
+        name, ident = opened
+        self.emit({"name": name, "ph": "e", "cat": "dma", "id": ident, "ts": _us(ev.ts_ns),
+                   "pid": PID, "tid": DMA_TID}, ev.ts_ns)
+
     def end(self) -> None:
+        for name, ident in list(self.dma.values()):
+            self.emit({"name": name, "ph": "e", "cat": "dma", "id": ident,
+                       "ts": _us(self.last_ns), "pid": PID, "tid": DMA_TID,
+                       "args": {"unmapped": "no (still mapped at the end of the trace)"}},
+                      self.last_ns)
+        self.dma.clear()
         for tid in list(self.pending):
             self.complete(self.pending.pop(tid), ACCESS_NS)
         for map_id, (name, tid) in list(self.maps.items()):
@@ -304,7 +377,9 @@ class ChromeWriter:
 
 def write_chrome(trace: Trace, fh: IO[str], namer: Namer | None = None) -> dict[str, int]:
     """Write the trace's events to fh as Chrome trace-event JSON; the counts
-    of what was written (R, W, UNKNOWN, MAP, UNMAP, MARK)."""
+    of what was written (R, W, UNKNOWN, MAP, UNMAP, MARK; IRQ and DMA
+    records of a recording too, each interrupt a track of its own and the
+    DMA mappings spans on one)."""
     w = ChromeWriter(fh, namer)
     syms = trace.symbols()
     if syms is not None:
@@ -316,7 +391,7 @@ def write_chrome(trace: Trace, fh: IO[str], namer: Namer | None = None) -> dict[
                       for k, v in trace.recording.meta.items()})
     w.begin(other)
     pcidev: list[str] = []
-    for ev in events(trace):
+    for ev in events(trace, extras=True):
         if ev.kind == "PCIDEV" and len(pcidev) < MAX_PCIDEV:
             pcidev.append(valid_text(ev.text))
         w.feed(ev)

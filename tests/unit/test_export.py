@@ -28,6 +28,8 @@ from mmiotrace_ng.format import rawfile
 from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
 from mmiotrace_ng.format.records import (
     NgRecAccess,
+    NgRecDma,
+    NgRecIrq,
     NgRecMap,
     NgRecMark,
     NgRecType,
@@ -474,3 +476,59 @@ def test_the_validator_rejects(bad):
     bad["displayTimeUnit"] = "ns"
     with pytest.raises((AssertionError, KeyError)):
         check_trace_events(bad)
+
+
+def irq_rec(ts, cpu, irq, exit_, ret=0) -> bytes:
+    r = NgRecIrq(irq=irq, exit=exit_, ret=ret, dev=b"0000:00:05.0", handler=b"edu")
+    r.hdr.ts_ns, r.hdr.cpu, r.hdr.type = ts, cpu, NgRecType.NG_REC_IRQ
+    return bytes(r)
+
+
+def dma_rec(ts, cpu, kind, addr, size, way) -> bytes:
+    r = NgRecDma(addr=addr, size=size, kind=kind, dir=way, dev=b"0000:00:05.0")
+    r.hdr.ts_ns, r.hdr.cpu, r.hdr.type = ts, cpu, NgRecType.NG_REC_DMA
+    return bytes(r)
+
+
+def test_interrupts_and_dma_have_tracks_of_their_own(tmp_path):
+    """A recording's interrupts: a span per handler run, from its entry to
+    its exit, on the interrupt's own track; its DMA mappings: a span from
+    map (alloc) to unmap (free) of the same bus address, one still mapped
+    at the end ended there; the accesses' tracks as before."""
+    recs = [mapping(1_000_000_000, 0, 1, 0xFEA00000, 0x1000),
+            dma_rec(1_000_001_000, 0, 2, 0x100000, 4096, 0),       # alloc
+            dma_rec(1_000_002_000, 0, 0, 0x200000, 4096, 1),       # map
+            access(1_000_003_000, 0, MMIOTNG_OP_WRITE, 0xFEA00060, 1),
+            irq_rec(1_000_004_000, 1, 24, 0),
+            access(1_000_005_000, 1, MMIOTNG_OP_READ, 0xFEA00024, 1),
+            irq_rec(1_000_007_000, 1, 24, 1, ret=1),
+            dma_rec(1_000_008_000, 0, 1, 0x200000, 4096, 1),       # unmap
+            irq_rec(1_000_009_000, 0, 25, 1, ret=0)]               # exit without entry
+    path = tmp_path / "t.rec"
+    w = rawfile.RawWriter(str(path))
+    w.meta({"kernel": "6.12-test"})
+    w.header("VERSION 20070824\n")
+    w.records(recs)
+    w.end(0, 0, KALLSYMS, None)
+    w.close()
+    out = tmp_path / "t.json"
+    assert run_export(["--chrome", str(out), str(path)]) == 0
+    doc = json.loads(out.read_text())
+    evs = check_trace_events(doc)
+    names = {e["tid"]: e["args"]["name"] for e in evs
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names[export.IRQ_TID + 24] == "irq 24 0000:00:05.0"
+    assert names[export.DMA_TID] == "DMA"
+    runs = [e for e in evs if e.get("cat") == "irq" and e["ph"] == "X"]
+    assert [(e["name"], e["ts"], e["dur"], e["args"]["result"]) for e in runs] == [
+        ("irq 24 edu", 1_000_004, 3, "handled")]
+    assert [e["name"] for e in evs if e.get("cat") == "irq" and e["ph"] == "i"] == [
+        "irq 25 exit none"]
+    spans = [(e["ph"], e["name"], e["ts"]) for e in evs if e.get("cat") == "dma"]
+    assert spans == [("b", "DMA 0x100000 +4096 bidirectional", 1_000_001),
+                     ("b", "DMA 0x200000 +4096 to-device", 1_000_002),
+                     ("e", "DMA 0x200000 +4096 to-device", 1_000_008),
+                     ("e", "DMA 0x100000 +4096 bidirectional", 1_000_009)]
+    assert [e["name"] for e in xs(evs) if e["cat"] == "mmio"] == ["W 4 +0x0060", "R 4 +0x0024"]
+    assert doc["otherData"]["interrupt_records"] == "3"
+    assert doc["otherData"]["dma_records"] == "3"
