@@ -5,7 +5,11 @@ the mapping (#id), R/W and width, the register's name and decoded fields
 from a register map (regmap.py) where one applies, else the offset in the
 BAR (or in the mapping), the value, and the caller as function+0xoff
 [module] when the trace has instruction addresses.  MAP, UNMAP and MARK
-lines say what they are about, a Lost line stands out, and polling is folded:
+lines say what they are about, a Lost line stands out, a traced device's
+interrupts and DMA mappings (a recording's, or the MARK lines of --irq and
+--dma) are lines of their own (a handler's exit with how long it ran), a
+value read or written that is the bus address of a DMA mapping says so,
+and polling is folded:
 a run of identical accesses (same op, width, address, value and caller) is
 one line with its count and duration, and so is a short cycle repeated (a
 write then a read, again and again: its first round, then the count).
@@ -38,6 +42,9 @@ PLACE_WIDTH: Final = 10          # the register column is padded to this
 CACHE_LIMIT: Final = 1 << 16     # texts of distinct accesses kept for reuse
 _LOST_RE: Final = re.compile(r"Lost (\d+) events\.")
 _SIZE_RE: Final = re.compile(r"/0x[0-9a-f]+(?= |$)")
+_IRQ_RE: Final = re.compile(r"irq (\d+) (\S+) (enter|exit) (\S+)")
+_DMA_RE: Final = re.compile(r"dma (\S+) (\S+) 0x([0-9a-f]+) (\d+) (\S+)")
+DMA_KEPT: Final = 4096           # DMA mappings remembered at most (the oldest go)
 US_PER_S: Final = 1_000_000
 
 
@@ -270,6 +277,9 @@ class Annotator:
         self.mappings: dict[int, Mapping] = {}
         self.prev: int | None = None
         self._texts: dict[tuple, str] = {}
+        self.irq_entries: dict[int, int] = {}       # irq -> its handler's entry (us)
+        # bus address -> (end, what, when): the DMA mappings live now
+        self.dma: dict[int, tuple[int, str, int]] = {}
 
     # -- input
 
@@ -419,7 +429,16 @@ class Annotator:
         return text
 
     def _tail(self, a: Access) -> str:
-        return f"  {self._caller(a.pc)}\n" if a.pc else "\n"
+        dma = self._dma_at(a.value, to_us(a.ts)) if self.dma and a.kind in ("R", "W") else ""
+        return (f"  {self._caller(a.pc)}" if a.pc else "") + dma + "\n"
+
+    def _dma_at(self, value: int, now: int) -> str:
+        """"  = DMA ..." if value is inside a live DMA mapping's bus range."""
+        for start, (end, what, when) in self.dma.items():
+            if start <= value < end:
+                off = f"+0x{value - start:x} of " if value != start else ""
+                return f"  = {off}DMA {what} mapped {span(now - when)} before"
+        return ""
 
     def _one(self, ev: Event) -> None:
         self.out.append(self._prefix(ev.ts) + self._body(ev.a) + self._tail(ev.a))
@@ -475,7 +494,32 @@ class Annotator:
             self.out.append(f"{'!' * 11} *** LOST {n} EVENT{'S' if n != 1 else ''}: the trace "
                             "has a gap here ***\n")
             return
+        if (m := _IRQ_RE.fullmatch(a.text)) is not None:
+            self._irq(to_us(a.ts), int(m[1]), m[2], m[3], m[4])
+            return
+        if (m := _DMA_RE.fullmatch(a.text)) is not None:
+            self._dma(to_us(a.ts), m[1], m[2], int(m[3], 16), int(m[4]), m[5])
+            return
         self._line(to_us(a.ts), f"MARK {a.text}\n")
+
+    def _irq(self, ts: int, irq: int, dev: str, phase: str, what: str) -> None:
+        if phase == "enter":
+            self.irq_entries[irq] = ts
+            self._line(ts, f"IRQ {irq} {what} ({dev})\n")
+            return
+        entry = self.irq_entries.pop(irq, None)
+        took = f", {span(ts - entry)} after its entry" if entry is not None else ""
+        self._line(ts, f"IRQ {irq} {what}{took}\n")
+
+    def _dma(self, ts: int, kind: str, dev: str, addr: int, size: int, way: str) -> None:
+        what = f"{way} {size} bytes ({kind}, {dev})"
+        if kind in ("map", "alloc", "map-sg"):
+            if len(self.dma) >= DMA_KEPT:
+                del self.dma[next(iter(self.dma))]
+            self.dma[addr] = (addr + size, f"{way} {size} bytes", ts)
+        else:
+            self.dma.pop(addr, None)
+        self._line(ts, f"DMA 0x{addr:x} {what}\n")
 
 
 # --- the command ---------------------------------------------------------------
@@ -527,7 +571,7 @@ def run(args: argparse.Namespace) -> int:
     ann = Annotator(maps, symbols, args.fold, note)
     try:
         with writing(args.output) as out:
-            for chunk in trace.chunks():
+            for chunk in trace.chunks(extras=True):
                 for line in chunk:
                     ann.feed(line)
                 _write_all(out, "".join(ann.take()).encode(ENCODING, ERRORS))

@@ -91,12 +91,13 @@ class Trace:
     def recorded(self) -> bool:
         return self.recording is not None
 
-    def chunks(self, compat: bool = False, pc: bool = True,
-               pid: bool = True) -> Iterator[list[str]]:
-        """The trace's lines.  compat/pc/pid: how a recording is rendered
-        (text traces are given as they are)."""
+    def chunks(self, compat: bool = False, pc: bool = True, pid: bool = True,
+               extras: bool = False) -> Iterator[list[str]]:
+        """The trace's lines.  compat/pc/pid: how a recording is rendered,
+        extras: with its interrupts and DMA mappings as MARK lines (text
+        traces are given as they are)."""
         if self.recording is not None:
-            yield from _rendered(self.recording, Renderer(compat, pc, pid))
+            yield from _rendered(self.recording, Renderer(compat, pc, pid, extras, extras))
         elif self.path == STDIN:
             head, self._head = self._head, b""
             yield from _text_chunks(_Prefixed(head, sys.stdin.buffer))

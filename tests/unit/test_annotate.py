@@ -453,3 +453,33 @@ def test_an_unknown_access_is_named_too(tmp_path, capsys):
     _, lines, _ = run([trace_file(tmp_path, text)], capsys)
     assert lines[2].endswith("#1 UNKNOWN ICR insn f3,a5,00  0xffffffff81000010")
     assert lines[3].endswith("#1 UNKNOWN +0x1fff0 insn f3,a5,00")
+
+
+def test_interrupts_and_dma_mappings_interleaved(tmp_path, capsys):
+    """--irq/--dma MARK lines become lines of their own (a handler's exit
+    with how long it ran); a register written with a live mapping's bus
+    address (or one inside it) says so, one written after the unmap does
+    not."""
+    lines = [HEADER, EDU, mapping(1_000_000, 1, EDU_BAR0, 0x100000),
+             f"MARK {ts(1_000_100)} dma map 0000:00:05.0 0x1f3a000 4096 to-device\n",
+             acc("W", 1_003_100, 1, EDU_BAR0 + 0x80, 0x1F3A000, width=8),
+             acc("W", 1_003_200, 1, EDU_BAR0 + 0x88, 0x1F3A800, width=8),
+             acc("W", 1_004_000, 1, EDU_BAR0 + 0x60, 1),
+             f"MARK {ts(1_004_010)} irq 24 0000:00:05.0 enter edu_exerciser\n",
+             acc("R", 1_004_020, 1, EDU_BAR0 + 0x24, 1),
+             f"MARK {ts(1_004_022)} irq 24 0000:00:05.0 exit handled\n",
+             f"MARK {ts(1_005_000)} dma unmap 0000:00:05.0 0x1f3a000 4096 to-device\n",
+             acc("W", 1_006_000, 1, EDU_BAR0 + 0x80, 0x1F3A000, width=8),
+             unmapping(1_007_000, 1)]
+    status, out, err = run([trace_file(tmp_path, "".join(lines)), "--fold", "0"], capsys)
+    assert status == 0
+    assert only(out, r"DMA 0x1f3a000 .*\(map").endswith(
+        "DMA 0x1f3a000 to-device 4096 bytes (map, 0000:00:05.0)")
+    writes = [ln for ln in out if "0x1f3a" in ln and " W " in ln]
+    assert len(writes) == 3, out
+    assert writes[0].endswith("= DMA to-device 4096 bytes mapped 3.0 ms before"), writes
+    assert writes[1].endswith("= +0x800 of DMA to-device 4096 bytes mapped 3.1 ms before")
+    assert "DMA" not in writes[2].split("0x1f3a000", 1)[1]
+    assert only(out, r"IRQ 24 edu_exerciser").endswith("IRQ 24 edu_exerciser (0000:00:05.0)")
+    assert only(out, r"IRQ 24 handled").endswith("IRQ 24 handled, 12 us after its entry")
+    assert not [ln for ln in out if "MARK" in ln], out
