@@ -9,7 +9,10 @@ stays the same from one boot (or kernel) to the next and drops the rest:
     UNMAP    the mapping its map id named (phys, length, as the MAP gave them;
              tracked per trace), or "(unknown mapping)"
     MARK     the text (our tracer's "ioremap ... is NOT traced" marks without
-             their virtual address)
+             their virtual address); the interrupts and DMA mappings of
+             --irq/--dma (a recording's, or those MARK lines of a text
+             trace) only with --irq/--dma, without the interrupt number and
+             the bus address, and no section starts at them
     PCIDEV, VERSION   the line as it is (--ignore-header drops them)
     anything else     the line as it is; lines starting with "#" and empty
                       lines are skipped
@@ -174,6 +177,13 @@ def setup(ap: argparse.ArgumentParser) -> None:
                     help="skip VERSION and PCIDEV lines (devices, BAR addresses)")
     ap.add_argument("--allow-lost", action="store_true",
                     help="compare traces that lost events (a warning, not an error)")
+    ap.add_argument("--irq", action="store_true",
+                    help="compare the traced devices' interrupts too (a recording's, or the "
+                         "MARK lines of --irq), without their numbers, which differ between "
+                         "boots; left out by default")
+    ap.add_argument("--dma", action="store_true",
+                    help="compare their DMA mappings too (kind, device, size, direction: "
+                         "not the bus address); left out by default")
     ap.add_argument("--compat", action="store_true",
                     help="read recorded inputs as the kernel's decoder would "
                          "(UNKNOWN lines), to compare them with the kernel tracer's text")
@@ -195,6 +205,9 @@ _RW: Final = re.compile(r"([RW] \d+) [^ ]++ [^ ]++ (0x[^ ]++ [^ ]++) .++\n")
 _SLOW: Final = re.compile(r"\n(?![RW] )")
 _STAR: Final = re.compile(r"\*[0-9a-f]+")
 _LOST: Final = re.compile(r"Lost (\d+) events\.")
+# the MARK lines of --irq and --dma (format/render.py: irq_text, dma_text)
+_IRQ_MARK: Final = re.compile(r"irq \d+ (\S+ (?:enter|exit) \S+)")
+_DMA_MARK: Final = re.compile(r"dma (\S+ \S+) 0x[0-9a-f]+ (\d+ \S+)")
 _UNTRACED_AT: Final = re.compile(r"^(mmiotrace-ng: ioremap of 0x[0-9a-f]+ size 0x[0-9a-f]+)"
                                  r" at 0x[0-9a-f]+( is NOT traced)")
 _NOTHING: Final = object()
@@ -214,16 +227,25 @@ class _Raw:
     marks: list[tuple[int, str]] = field(default_factory=list)       # (index, text)
 
 
+def _extra_mark(f: list[str], line: str) -> re.Match[str] | None:
+    """The match of a MARK line of --irq or --dma (f: its fields), or None."""
+    if len(f) < 3 or f[2] not in ("irq", "dma"):
+        return None
+    return (_IRQ_MARK if f[2] == "irq" else _DMA_MARK).fullmatch(line.split(" ", 2)[2])
+
+
 class _Normalizer:
     """Turns 20070824 text into normalized records, for one trace: it keeps
     what later lines need of earlier ones (the mappings by map id)."""
 
     def __init__(self, name: str, offsets: set[int], ignore_header: bool,
-                 allow_lost: bool) -> None:
+                 allow_lost: bool, irq: bool = False, dma: bool = False) -> None:
         self.name = name
         self.offsets = offsets
         self.ignore_header = ignore_header
         self.allow_lost = allow_lost
+        self.irq = irq
+        self.dma = dma
         self.maps: dict[str, tuple[int, int]] = {}           # map id -> (phys, len)
         self._ignored: dict[str, list[tuple[str, str]]] = {}  # map id -> replacements
         self._replace: list[tuple[str, str]] = []
@@ -283,6 +305,11 @@ class _Normalizer:
                 known = self._unmap(f[2])
                 key = (kind, f"0x{known[0]:x} 0x{known[1]:x}" if known
                        else "(unknown mapping)")
+            elif kind == "MARK" and (m := _extra_mark(f, line)) is not None:
+                # an interrupt or a DMA mapping: no section starts there
+                if not (self.irq if f[2] == "irq" else self.dma):
+                    return
+                key = (kind, f"{f[2]} " + " ".join(m.groups()))
             elif kind == "MARK" and len(f) >= 2:
                 text = line.split(" ", 2)[2] if len(f) > 2 else ""
                 lost = _LOST.fullmatch(text) if f[1] == "0.000000" else None
@@ -374,7 +401,8 @@ class _Columns:
         return list(zip(map(self.names.__getitem__, ops), rest, strict=True))
 
 
-def _recorded(trace, norm: _Normalizer, compat: bool, columns: bool) -> Iterator[_Raw]:
+def _recorded(trace, norm: _Normalizer, compat: bool, columns: bool, irq: bool = False,
+              dma: bool = False) -> Iterator[_Raw]:
     """The records of a recording, BLOCK at a time: runs of access records by
     columns (unless columns is False: --ignore-value needs map ids), the rest
     rendered and normalized as text, in order."""
@@ -382,7 +410,7 @@ def _recorded(trace, norm: _Normalizer, compat: bool, columns: bool) -> Iterator
     from ..format.render import Renderer, lost_line
 
     rec = trace.recording
-    renderer = Renderer(compat, False, False)
+    renderer = Renderer(compat, False, False, irq, dma)
     cols = _Columns(compat)
     out = _Raw()
     if rec.header:
@@ -480,12 +508,13 @@ class _Source:
     def _normalizer(self) -> _Normalizer:
         args = self.args
         return _Normalizer(self.name, set().union(*args.ignore_value), args.ignore_header,
-                           args.allow_lost)
+                           args.allow_lost, args.irq, args.dma)
 
     def _raws(self, norm: _Normalizer) -> Iterator[_Raw]:
         if self.trace.recorded:
             yield from _recorded(self.trace, norm, self.args.compat,
-                                 columns=not norm.offsets)
+                                 columns=not norm.offsets, irq=self.args.irq,
+                                 dma=self.args.dma)
             return
         for chunk in self.trace.chunks():
             out = _Raw()

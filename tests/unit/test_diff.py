@@ -686,3 +686,30 @@ def test_memory_stays_bounded(tmp_path, monkeypatch):
     assert diff.diff(args, io.BytesIO()) == 0
     # about 250k records a side, in blocks of 10k lines
     assert len(held) > 40 and max(held) <= 30_000
+
+
+def test_interrupts_and_dma_only_when_asked(tmp_path, capsysbinary):
+    """--irq/--dma MARK lines are left out unless asked; asked, they are
+    compared without the interrupt number and the bus address (both differ
+    between boots), and a handler that did not run is a difference."""
+    def irq(n: int, phase: str, what: str) -> tuple:
+        return ("MARK", f"irq {n} 0000:00:05.0 {phase} {what}")
+
+    def dma(addr: int) -> tuple:
+        return ("MARK", f"dma map 0000:00:05.0 0x{addr:x} 4096 to-device")
+
+    a_events = [*scenario(3), dma(0x1f3a000), irq(24, "enter", "edu"),
+                irq(24, "exit", "handled"), *scenario(2)]
+    same = [*scenario(3), dma(0x2000000), irq(31, "enter", "edu"),
+            irq(31, "exit", "handled"), *scenario(2)]
+    missing = [*scenario(3), dma(0x2000000), *scenario(2)]
+    a, b = pair(tmp_path, a_events, same)
+    for flags in ([], ["--irq"], ["--dma"], ["--irq", "--dma"]):
+        assert run_diff(capsysbinary, *flags, a, b) == (0, "", ""), flags
+    a, b = pair(tmp_path, a_events, missing)
+    assert run_diff(capsysbinary, a, b)[0] == 0
+    assert run_diff(capsysbinary, "--dma", a, b)[0] == 0
+    status, out, _ = run_diff(capsysbinary, "--irq", a, b)
+    assert status == 1 and "irq" in out, out
+    # and --by-marker does not start sections at them
+    assert run_diff(capsysbinary, "--by-marker", a, b)[0] == 0
