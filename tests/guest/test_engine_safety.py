@@ -115,7 +115,8 @@ def test_stress_file_lists_the_new_scenarios(exerciser):
     names = [ln.split()[0] for ln in STRESS.read_text().splitlines() if ln.strip()]
     assert names == ["stride", "maploop", "maploop2", "kprobe_read", "window16", "straddle",
                      "wc_loop", "watch_write", "watch_read", "pagecross", "nmi",
-                     "crossirq", "movs_cross", "nonpci", "pc", "fact"]
+                     "crossirq", "movs_cross", "nonpci", "pc", "fact", "irq_intx", "irq_msi",
+                     "dma"]
     assert not set(names) & set(exerciser.scenarios())
     stress("stride 3")
     stress("maploop 100")
