@@ -635,9 +635,9 @@ int on_dma_free(struct bpf_raw_tracepoint_args *ctx)
 }
 
 /* the entries of a scatterlist at most (more are counted as dropped) */
-#define NG_DMA_SG_MAX	16
+#define NG_DMA_SG_MAX	8
 /* the list's chain links followed at most on the way */
-#define NG_DMA_SG_LINKS	4
+#define NG_DMA_SG_LINKS	2
 
 /*
  * The first n entries of a mapped scatterlist, each a record: its bus

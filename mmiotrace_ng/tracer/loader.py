@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from pathlib import Path
 
 from ..common import bpfsys
 from ..common.bpfload import (
@@ -41,6 +42,15 @@ IOREMAP_FAMILY = ("ioremap", "ioremap_uc", "ioremap_wc", "ioremap_wt", "ioremap_
                   "ioremap_prot", "ioremap_encrypted")
 
 
+def kernel_tracepoint(system: str, name: str) -> bool | None:
+    """Whether the kernel has this tracepoint (tracefs says), None if no
+    tracefs is mounted to say."""
+    for base in TRACEFS:
+        if (base / "events").is_dir():
+            return (base / "events" / system / name).is_dir()
+    return None
+
+
 def kernel_functions(names: tuple[str, ...]) -> list[str]:
     """Those of names the running kernel has as functions (kallsyms)."""
     with open("/proc/kallsyms", "rb") as fh:
@@ -51,10 +61,14 @@ def kernel_functions(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n in found]
 
 
-PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
-            "on_map", "on_setup_irq", "on_pci_enable", "on_pci_enable_return",
-            "on_irq_entry", "on_irq_exit", "on_dma_map",
-            "on_dma_unmap", "on_dma_alloc", "on_dma_free", "on_dma_map_sg", "on_dma_unmap_sg")
+# loaded at the start; IRQ_PROGRAMS and DMA_TRACEPOINTS' when asked for
+BASE_PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
+                 "on_map")
+IRQ_PROGRAMS = ("on_setup_irq", "on_pci_enable", "on_pci_enable_return", "on_irq_entry",
+                "on_irq_exit")
+PROGRAMS = (*BASE_PROGRAMS, *IRQ_PROGRAMS, "on_dma_map", "on_dma_unmap", "on_dma_alloc",
+            "on_dma_free", "on_dma_map_sg", "on_dma_unmap_sg")
+TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 # Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
 # also run when the access is made from inside another kprobe's handler).
 TRACEPOINT_PROGRAMS = {"on_access": MMIOTNG_ACCESS_TP, "on_mark": MMIOTNG_MARK_TP,
@@ -97,10 +111,12 @@ class Probes:
         self.buffer_bytes = pages * 4096
         obj, cached = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
         PHASES.done("BPF object " + ("(cached)" if cached else "(compiled)") + ", waited for")
+        self._obj = obj
         try:
             self.maps = self._create_maps(obj)
             self._configure(all_maps, histogram)
-            self.progs = self._load_programs(obj)
+            self.progs: dict[str, int] = {}
+            self._load_programs(BASE_PROGRAMS)
             PHASES.done("BPF maps and programs loaded (verifier)")
             self._attach(all_maps)
             self.ring = RingReader(self.maps["events"], self.buffer_bytes)
@@ -122,14 +138,16 @@ class Probes:
                             (NG_CONFIG_HISTOGRAM, int(histogram))):
             self._update("config", ctypes.c_int(slot), ctypes.c_uint32(value))
 
-    def _load_programs(self, obj: BpfObject) -> dict[str, int]:
-        out = {}
-        for name in PROGRAMS:
+    def _load_programs(self, names: tuple[str, ...]) -> None:
+        """Load those of these programs not loaded yet (the verifier checks
+        each: under TCG the scatterlist ones take a second or more)."""
+        for name in names:
+            if name in self.progs:
+                continue
             kind = (BPF_PROG_TYPE_RAW_TRACEPOINT if name in RAW_TRACEPOINT_PROGRAMS
                     else BPF_PROG_TYPE_KPROBE)
-            out[name] = fd = load_program(kind, name, obj, self._by_old)
+            self.progs[name] = fd = load_program(kind, name, self._obj, self._by_old)
             self.fds.append(fd)
-        return out
 
     def _attach_one(self, event: str, prog: str, retprobe: bool = False) -> None:
         try:
@@ -181,6 +199,14 @@ class Probes:
         self.attached.append(tp)
         return True
 
+    def _kprobe(self, function: str, prog: str, retprobe: bool = False) -> bool:
+        """A kprobe on function; False if the kernel cannot probe it."""
+        try:
+            self.probe_fds.append(bpfsys.attach_kprobe(function, self.progs[prog], retprobe))
+        except OSError:
+            return False
+        return True
+
     def trace_irqs(self, devices: list[str]) -> list[str]:
         """Record the interrupts of these devices (PCI addresses): those
         requested from now on (the __setup_irq kprobe, for MSI vectors),
@@ -188,20 +214,18 @@ class Probes:
         What cannot be followed is said in the list returned (for stderr)."""
         notes: list[str] = []
         names = self._trace_devices(devices, notes)
-        found = kernel_functions((IRQ_SETUP, PCI_ENABLE))
-        if IRQ_SETUP in found:
-            self._attach_one(IRQ_SETUP, "on_setup_irq")
+        self._load_programs(IRQ_PROGRAMS)
+        if self._kprobe(IRQ_SETUP, "on_setup_irq"):
             self.attached.append(IRQ_SETUP)
         else:
-            notes.append(f"this kernel has no {IRQ_SETUP} to probe: MSI vectors requested "
-                         "while tracing are not followed")
-        if PCI_ENABLE in found:
-            self._attach_one(PCI_ENABLE, "on_pci_enable")
-            self._attach_one(PCI_ENABLE, "on_pci_enable_return", retprobe=True)
+            notes.append(f"cannot probe {IRQ_SETUP}: MSI vectors requested while tracing are "
+                         "not followed")
+        if self._kprobe(PCI_ENABLE, "on_pci_enable") and \
+                self._kprobe(PCI_ENABLE, "on_pci_enable_return", retprobe=True):
             self.attached.append(PCI_ENABLE)
         else:
-            notes.append(f"this kernel has no {PCI_ENABLE} to probe: the INTx line of a "
-                         "device enabled while tracing is not followed")
+            notes.append(f"cannot probe {PCI_ENABLE}: the INTx line of a device enabled "
+                         "while tracing is not followed")
         irqs = [(irq, name) for dev, name in names.items() for irq in pci.device_irqs(dev)]
         if len(irqs) > NG_IRQ_LINES:
             notes.append(f"{len(irqs)} interrupts: the first {NG_IRQ_LINES} only are traced")
@@ -219,8 +243,12 @@ class Probes:
         returned."""
         notes: list[str] = []
         self._trace_devices(devices, notes)
-        found = [self._open_tracepoint(tp, prog)
-                 for prog, tps in DMA_TRACEPOINTS.items() for tp in tps]
+        found = []
+        for prog, tps in DMA_TRACEPOINTS.items():
+            here = [tp for tp in tps if kernel_tracepoint("dma", tp) is not False]
+            if here:
+                self._load_programs((prog,))
+                found += [self._open_tracepoint(tp, prog) for tp in here]
         return notes if any(found) else [*notes, DMA_NOT_HERE]
 
     def pending(self, timeout_ms: int) -> memoryview:
