@@ -40,7 +40,7 @@ from ..format.records import (
     parse,
     unpacker,
 )
-from ..format.render import ENCODING, ERRORS, untraced_text
+from ..format.render import ENCODING, ERRORS, irq_result, untraced_text
 from .tracefile import Trace, TraceError, parse_line
 
 NO_CPU: Final = -1              # text traces do not say
@@ -170,8 +170,8 @@ def record_events(raw: memoryview, extras: bool = False) -> list[Event]:
     h = r.hdr
     lost = [_lost(h.ts_ns, h.cpu, h.lost)] if h.lost else []
     if isinstance(r, NgRecIrq):     # not events of the 20070824 text
-        what = r.handler if not r.exit else IRQ_RESULT_NAMES.get(r.ret & 3, b"none")
-        text = r.dev.decode(ENCODING, ERRORS) + "\t" + what.decode(ENCODING, ERRORS)
+        what = r.handler.decode(ENCODING, ERRORS) if not r.exit else irq_result(r.ret)
+        text = r.dev.decode(ENCODING, ERRORS) + "\t" + what
         return lost + ([Event("IRQ", h.ts_ns, h.cpu, r.irq, width=r.exit, value=r.ret,
                               pid=r.pid, text=text)] if extras else [])
     if isinstance(r, NgRecDma):
@@ -193,10 +193,6 @@ def record_events(raw: memoryview, extras: bool = False) -> list[Event]:
         text = mark_text(r).split(b"\0", 1)[0].decode(ENCODING, ERRORS).removesuffix("\n")
         ev = Event("MARK", h.ts_ns, h.cpu, pid=r.pid, text=text)
     return [_lost(h.ts_ns, h.cpu, h.lost), ev] if h.lost else [ev]
-
-
-IRQ_RESULT_NAMES: Final = {0: b"none", 1: b"handled", 2: b"wake-thread",
-                           3: b"handled+wake-thread"}
 
 
 def _lost(ts: int, cpu: int, n: int) -> Event:

@@ -152,8 +152,13 @@ def irq_text(rec: NgRecIrq) -> str:
     dev = rec.dev.decode(ENCODING, ERRORS)
     if not rec.exit:
         return f"irq {rec.irq} {dev} enter {rec.handler.decode(ENCODING, ERRORS)}"
-    result = "+".join(name for bit, name in IRQ_RESULTS if rec.ret & bit) or "none"
-    return f"irq {rec.irq} {dev} exit {result}"
+    return f"irq {rec.irq} {dev} exit {irq_result(rec.ret)}"
+
+
+def irq_result(ret: int) -> str:
+    """An irqreturn_t in words: "handled", "wake-thread", both joined by
+    "+", or "none" (IRQ_NONE)."""
+    return "+".join(name for bit, name in IRQ_RESULTS if ret & bit) or "none"
 
 
 def irq_line(rec: NgRecIrq) -> str:
