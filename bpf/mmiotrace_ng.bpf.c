@@ -29,14 +29,31 @@
  */
 #include <uapi/linux/ptrace.h>
 #include <linux/types.h>
-#include <linux/device.h>
-#include <linux/interrupt.h>
-#include <linux/irq.h>
-#include <linux/msi.h>
-#include <linux/pci.h>
-#include <linux/scatterlist.h>
 
 #include "mmiotrace_ng.h"
+
+/*
+ * The kernel's struct members that the interrupt and DMA programs read sit
+ * at the offsets the loader found in the kernel's BTF, given as -D flags
+ * (mmiotrace_ng/tracer/layout.py): the kernel's own headers for them
+ * (<linux/pci.h>, <linux/irq.h>, ...) make the compile six times as long.
+ * A program whose members the BTF lacks is not compiled; the loader says
+ * what is then not traced.
+ */
+#if defined(NG_OFF_DEVICE_NAME) && defined(NG_OFF_PCI_DEV_DEV) && \
+	defined(NG_OFF_PCI_DEV_IRQ) && defined(NG_OFF_IRQACTION_NAME)
+#define NG_IRQ_LAYOUT 1
+#endif
+#if defined(NG_OFF_DEVICE_NAME) && defined(NG_OFF_SG_PAGE_LINK) && \
+	defined(NG_OFF_SG_DMA_ADDRESS) && defined(NG_SIZEOF_SCATTERLIST) && \
+	(defined(NG_OFF_SG_DMA_LENGTH) || defined(NG_OFF_SG_LENGTH))
+#define NG_DMA_LAYOUT 1
+#endif
+/* the low bits of scatterlist.page_link (include/linux/scatterlist.h) */
+#define NG_SG_CHAIN	0x01UL
+#define NG_SG_END	0x02UL
+/* the address of member OFF of the kernel object at p */
+#define NG_AT(p, off)	((const void *)((const char *)(p) + (off)))
 
 /* what on_access copies from the helper's record into ours */
 #define NG_SAME_SIZE(a, fa, b, fb) \
@@ -455,19 +472,22 @@ int on_mark(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+#if defined(NG_IRQ_LAYOUT) || defined(NG_DMA_LAYOUT)
 /* Whether dev is a traced device; its name into d (zeros after it). */
-static __always_inline int ng_traced_dev(struct device *dev, struct ng_dev_name *d)
+static __always_inline int ng_traced_dev(const void *dev, struct ng_dev_name *d)
 {
 	const char *name = NULL;
 
 	__builtin_memset(d, 0, sizeof(*d));
 	if (dev)
-		bpf_probe_read_kernel(&name, sizeof(name), &dev->kobj.name);
+		bpf_probe_read_kernel(&name, sizeof(name), NG_AT(dev, NG_OFF_DEVICE_NAME));
 	if (!name || bpf_probe_read_kernel_str(d->name, sizeof(d->name), name) <= 0)
 		return 0;
 	return traced_devs.lookup(d) != NULL;
 }
+#endif
 
+#ifdef NG_IRQ_LAYOUT
 /*
  * __setup_irq(irq, desc, action) entry: a handler is being installed.  If
  * the interrupt is an MSI/MSI-X vector of a traced device, it goes into
@@ -477,17 +497,17 @@ static __always_inline int ng_traced_dev(struct device *dev, struct ng_dev_name 
  */
 int on_setup_irq(struct pt_regs *ctx)
 {
-#ifdef CONFIG_GENERIC_MSI_IRQ
-	struct irq_desc *desc = (struct irq_desc *)PT_REGS_PARM2(ctx);
+#if defined(NG_OFF_IRQ_DESC_MSI_DESC) && defined(NG_OFF_MSI_DESC_DEV)
+	const void *desc = (const void *)PT_REGS_PARM2(ctx);
 	u32 irq = (u32)PT_REGS_PARM1(ctx);
-	struct msi_desc *msi = NULL;
+	const void *msi = NULL;
 	struct ng_dev_name d;
-	struct device *dev = NULL;
+	const void *dev = NULL;
 
-	bpf_probe_read_kernel(&msi, sizeof(msi), &desc->irq_common_data.msi_desc);
+	bpf_probe_read_kernel(&msi, sizeof(msi), NG_AT(desc, NG_OFF_IRQ_DESC_MSI_DESC));
 	if (!msi)
 		return 0;
-	bpf_probe_read_kernel(&dev, sizeof(dev), &msi->dev);
+	bpf_probe_read_kernel(&dev, sizeof(dev), NG_AT(msi, NG_OFF_MSI_DESC_DEV));
 	if (ng_traced_dev(dev, &d))
 		irq_lines.update(&irq, &d);
 	else
@@ -514,20 +534,20 @@ int on_pci_enable(struct pt_regs *ctx)
 int on_pci_enable_return(struct pt_regs *ctx)
 {
 	u64 id = bpf_get_current_pid_tgid();
-	struct pci_dev *pdev;
+	const void *pdev;
 	struct ng_dev_name d;
-	unsigned int irq = 0;
+	u32 irq = 0;
 	u64 *dev;
 
 	dev = enabling.lookup(&id);
 	if (!dev)
 		return 0;
-	pdev = (struct pci_dev *)*dev;
+	pdev = (const void *)*dev;
 	enabling.delete(&id);
 	if ((int)PT_REGS_RC(ctx))
 		return 0;
-	bpf_probe_read_kernel(&irq, sizeof(irq), &pdev->irq);
-	if (irq && ng_traced_dev(&pdev->dev, &d))
+	bpf_probe_read_kernel(&irq, sizeof(irq), NG_AT(pdev, NG_OFF_PCI_DEV_IRQ));
+	if (irq && ng_traced_dev(NG_AT(pdev, NG_OFF_PCI_DEV_DEV), &d))
 		irq_lines.update(&irq, &d);
 	return 0;
 }
@@ -535,7 +555,7 @@ int on_pci_enable_return(struct pt_regs *ctx)
 /* IRQ record of a handler's entry (exit 0) or exit (1, with its result) */
 static __always_inline int ng_irq(struct bpf_raw_tracepoint_args *ctx, u8 exit)
 {
-	struct irqaction *action = (struct irqaction *)ctx->args[1];
+	const void *action = (const void *)ctx->args[1];
 	u32 irq = (u32)ctx->args[0];
 	const char *name = NULL;
 	struct ng_dev_name *d;
@@ -554,7 +574,7 @@ static __always_inline int ng_irq(struct bpf_raw_tracepoint_args *ctx, u8 exit)
 	__builtin_memset(r->pad, 0, sizeof(r->pad));
 	__builtin_memcpy(r->dev, d->name, sizeof(r->dev));
 	__builtin_memset(r->handler, 0, sizeof(r->handler));
-	bpf_probe_read_kernel(&name, sizeof(name), &action->name);
+	bpf_probe_read_kernel(&name, sizeof(name), NG_AT(action, NG_OFF_IRQACTION_NAME));
 	if (name)
 		bpf_probe_read_kernel_str(r->handler, sizeof(r->handler), name);
 	events.ringbuf_submit(r, 0);
@@ -571,6 +591,9 @@ int on_irq_exit(struct bpf_raw_tracepoint_args *ctx)
 	return ng_irq(ctx, 1);
 }
 
+#endif /* NG_IRQ_LAYOUT */
+
+#ifdef NG_DMA_LAYOUT
 /* One DMA record: kind of a traced device's mapping of size bytes at addr. */
 static __always_inline void ng_dma(struct ng_dev_name *d, u8 kind, u64 addr, u64 size,
 				   u64 phys, u64 dir)
@@ -599,7 +622,7 @@ int on_dma_map(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct ng_dev_name d;
 
-	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+	if (ng_traced_dev((const void *)ctx->args[0], &d))
 		ng_dma(&d, NG_DMA_MAP, ctx->args[2], ctx->args[3], ctx->args[1], ctx->args[4]);
 	return 0;
 }
@@ -609,7 +632,7 @@ int on_dma_unmap(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct ng_dev_name d;
 
-	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+	if (ng_traced_dev((const void *)ctx->args[0], &d))
 		ng_dma(&d, NG_DMA_UNMAP, ctx->args[1], ctx->args[2], 0, ctx->args[3]);
 	return 0;
 }
@@ -619,7 +642,7 @@ int on_dma_alloc(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct ng_dev_name d;
 
-	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+	if (ng_traced_dev((const void *)ctx->args[0], &d))
 		ng_dma(&d, NG_DMA_ALLOC, ctx->args[2], ctx->args[3], ctx->args[1], ctx->args[4]);
 	return 0;
 }
@@ -629,7 +652,7 @@ int on_dma_free(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct ng_dev_name d;
 
-	if (ng_traced_dev((struct device *)ctx->args[0], &d))
+	if (ng_traced_dev((const void *)ctx->args[0], &d))
 		ng_dma(&d, NG_DMA_FREE, ctx->args[2], ctx->args[3], ctx->args[1], ctx->args[4]);
 	return 0;
 }
@@ -649,38 +672,38 @@ int on_dma_free(struct bpf_raw_tracepoint_args *ctx)
 static __always_inline void ng_dma_sg(struct bpf_raw_tracepoint_args *ctx, u8 kind,
 				      int n, u64 dir)
 {
-	struct scatterlist *sg = (struct scatterlist *)ctx->args[1];
+	const char *sg = (const char *)ctx->args[1];
 	struct ng_dev_name d;
 	unsigned long link;
 	int i, done = 0;
 	u64 addr;
 	u32 len;
 
-	if (!ng_traced_dev((struct device *)ctx->args[0], &d))
+	if (!ng_traced_dev((const void *)ctx->args[0], &d))
 		return;
 	for (i = 0; i < NG_DMA_SG_MAX + NG_DMA_SG_LINKS; i++) {
 		if (done >= n || done >= NG_DMA_SG_MAX || !sg)
 			break;
 		link = 0;
-		bpf_probe_read_kernel(&link, sizeof(link), &sg->page_link);
-		if (link & SG_CHAIN) {
-			sg = (struct scatterlist *)(link & ~(SG_CHAIN | SG_END));
+		bpf_probe_read_kernel(&link, sizeof(link), NG_AT(sg, NG_OFF_SG_PAGE_LINK));
+		if (link & NG_SG_CHAIN) {
+			sg = (const char *)(link & ~(NG_SG_CHAIN | NG_SG_END));
 			continue;
 		}
 		addr = 0;
 		len = 0;
-		bpf_probe_read_kernel(&addr, sizeof(addr), &sg->dma_address);
-#ifdef CONFIG_NEED_SG_DMA_LENGTH
-		bpf_probe_read_kernel(&len, sizeof(len), &sg->dma_length);
+		bpf_probe_read_kernel(&addr, sizeof(addr), NG_AT(sg, NG_OFF_SG_DMA_ADDRESS));
+#ifdef NG_OFF_SG_DMA_LENGTH	/* CONFIG_NEED_SG_DMA_LENGTH */
+		bpf_probe_read_kernel(&len, sizeof(len), NG_AT(sg, NG_OFF_SG_DMA_LENGTH));
 #else
-		bpf_probe_read_kernel(&len, sizeof(len), &sg->length);
+		bpf_probe_read_kernel(&len, sizeof(len), NG_AT(sg, NG_OFF_SG_LENGTH));
 #endif
 		if (len)
 			ng_dma(&d, kind, addr, len, 0, dir);
 		done++;
-		if (link & SG_END)
+		if (link & NG_SG_END)
 			return;
-		sg++;
+		sg += NG_SIZEOF_SCATTERLIST;
 	}
 	if (n > done)
 		ng_count_drops(n - done);
@@ -699,3 +722,4 @@ int on_dma_unmap_sg(struct bpf_raw_tracepoint_args *ctx)
 	ng_dma_sg(ctx, NG_DMA_UNMAP_SG, (int)ctx->args[2], ctx->args[3]);
 	return 0;
 }
+#endif /* NG_DMA_LAYOUT */

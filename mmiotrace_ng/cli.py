@@ -164,11 +164,10 @@ def install_helper(args: argparse.Namespace) -> int:
         # the running kernel's headers: other kernels compile on first use)
         from .common.bpfload import compiled, source_dir
         from .ksym.probes import PROGRAMS as KSYM_PROGRAMS
-        from .tracer.loader import PROGRAMS
+        from .tracer.loader import tracer_object
 
-        for name, programs in (("mmiotrace_ng.bpf.c", PROGRAMS),
-                               ("ksym.bpf.c", KSYM_PROGRAMS)):
-            compiled(source_dir("bpf") / name, programs)
+        tracer_object()
+        compiled(source_dir("bpf") / "ksym.bpf.c", KSYM_PROGRAMS)
         print("mmiotrace-ng: the BPF programs are compiled and cached for "
               f"{release}", file=sys.stderr)
     return 0

@@ -22,11 +22,11 @@ def wants_programs(argv: list[str]) -> bool:
 
 def prefetch_programs() -> None:
     """Begin getting the tracer's BPF programs in the background."""
-    from .common.bpfload import LoaderError, prefetch, source_dir
-    from .tracer.loader import PROGRAMS
+    from .common.bpfload import LoaderError
+    from .tracer.loader import start_compile
 
     try:
-        prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
+        start_compile()
     except LoaderError:
         pass        # the trace says what is missing, in its place
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from . import bpfsys
 from .bpfobj import (
@@ -91,10 +92,12 @@ def _libbcc():
     return lib
 
 
-def compile_object(source: Path, cflags: list[str],
-                   programs: tuple[str, ...]) -> BpfObject:
+def compile_object(source: Path, cflags: list[str], programs: tuple[str, ...],
+                   optional: tuple[str, ...] = ()) -> BpfObject:
     """Compile with bcc and keep the bytecode and map descriptions (bcc's own
-    maps and module are released again; the descriptors stay recorded)."""
+    maps and module are released again; the descriptors stay recorded).
+    Each of programs must be in the source; those of optional that are not
+    (left out by its #if) are not in the object."""
     lib = _libbcc()
     from bcc import BPF
 
@@ -114,9 +117,11 @@ def compile_object(source: Path, cflags: list[str],
                 max_entries=lib.bpf_table_max_entries_id(m, i),
                 flags=lib.bpf_table_flags_id(m, i)))
         progs = {}
-        for name in programs:
+        for name in (*programs, *optional):
             start = lib.bpf_function_start(m, name.encode())
             size = lib.bpf_function_size(m, name.encode())
+            if (not start or not size) and name in optional:
+                continue
             if not start or not size:
                 raise LoaderError(f"the BPF source has no function {name}")
             progs[name] = ctypes.string_at(start, size)
@@ -131,9 +136,11 @@ class Prefetch(threading.Thread):
     first start compiles while the tracer loads the helper module and the
     netlink code (a second of a TCG guest's start)."""
 
-    def __init__(self, source: Path, programs: tuple[str, ...], cache_dir: Path | None) -> None:
+    def __init__(self, source: Path, programs: tuple[str, ...], cache_dir: Path | None,
+                 **kw: Any) -> None:
         super().__init__(name="BPF compile", daemon=True)
         self.args = (source, programs, cache_dir)
+        self.kw = kw
         self.result: tuple[BpfObject, bool] | None = None
         self.error: BaseException | None = None
         self.seconds = 0.0
@@ -142,7 +149,7 @@ class Prefetch(threading.Thread):
     def run(self) -> None:
         t0 = time.monotonic()
         try:
-            self.result = _compiled(*self.args, on_compile=self._compiling)
+            self.result = _compiled(*self.args, on_compile=self._compiling, **self.kw)
         except BaseException as exc:  # noqa: BLE001 (raised again by `compiled`)
             self.error = exc
         self.seconds = time.monotonic() - t0
@@ -155,10 +162,10 @@ _prefetches: dict[tuple[Path, Path | None], Prefetch] = {}
 
 
 def prefetch(source: Path, programs: tuple[str, ...],
-             cache_dir: Path | None = CACHE_DIR) -> None:
+             cache_dir: Path | None = CACHE_DIR, **kw: Any) -> None:
     """Start getting the object of source; `compiled` takes it over."""
     if (source, cache_dir) not in _prefetches:
-        _prefetches[(source, cache_dir)] = t = Prefetch(source, programs, cache_dir)
+        _prefetches[(source, cache_dir)] = t = Prefetch(source, programs, cache_dir, **kw)
         t.start()
 
 
@@ -168,13 +175,17 @@ def prefetch_running() -> bool:
 
 
 def compiled(source: Path, programs: tuple[str, ...],
-             cache_dir: Path | None = CACHE_DIR) -> tuple[BpfObject, bool]:
+             cache_dir: Path | None = CACHE_DIR, *, optional: tuple[str, ...] = (),
+             defines: Callable[[], list[str]] | None = None) -> tuple[BpfObject, bool]:
     """The object of source (the bpf/ and kmod/ headers beside it), from the
     cache or compiled now (or by the `prefetch` begun for it); and whether it
-    came from the cache."""
+    came from the cache.  programs must be in it, optional may be; defines
+    gives more -D flags when it is compiled, of what the cache key already
+    holds (the running kernel)."""
     t = _prefetches.pop((source, cache_dir), None)
     if t is None:
-        return _compiled(source, programs, cache_dir, on_compile=_say_compiling)
+        return _compiled(source, programs, cache_dir, on_compile=_say_compiling,
+                         optional=optional, defines=defines)
     t.join(0.2)
     if t.is_alive() and t.compiling:
         _say_compiling()
@@ -192,7 +203,8 @@ def _say_compiling() -> None:
 
 
 def _compiled(source: Path, programs: tuple[str, ...], cache_dir: Path | None,
-              on_compile: Callable[[], None]) -> tuple[BpfObject, bool]:
+              on_compile: Callable[[], None], optional: tuple[str, ...] = (),
+              defines: Callable[[], list[str]] | None = None) -> tuple[BpfObject, bool]:
     cflags = [f"-I{source_dir('bpf')}", f"-I{source_dir('kmod')}"]
     headers = [*source_dir("bpf").glob("*.h"), *source_dir("kmod").glob("*.h")]
     key = cache_key(source, headers, cflags, bcc_version())
@@ -201,7 +213,7 @@ def _compiled(source: Path, programs: tuple[str, ...], cache_dir: Path | None,
         return obj, True
     _libbcc()           # bcc's Python side first: what follows runs without the GIL
     on_compile()
-    obj = compile_object(source, cflags, programs)
+    obj = compile_object(source, [*cflags, *(defines() if defines else [])], programs, optional)
     if cache_dir:
         store(key, obj, cache_dir)
     return obj, False

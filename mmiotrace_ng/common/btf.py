@@ -1,5 +1,6 @@
-"""The sizes of the kernel's variables from its BTF (/sys/kernel/btf/vmlinux,
-and /sys/kernel/btf/MODULE split on top of it).
+"""The sizes of the kernel's variables, and where members sit in its
+structs, from its BTF (/sys/kernel/btf/vmlinux, and /sys/kernel/btf/MODULE
+split on top of it).
 
 BTF is a header, a type section and a string section.  A variable is a VAR
 type (with pahole's global variable encoding all of them, else only the
@@ -72,6 +73,7 @@ class BTF:
         # (kind, name offset, size or type, where its trailing data starts)
         self._types: list[tuple[int, int, int, int]] = []
         self._vars: dict[str, list[int]] = {}
+        self._structs: dict[str, int] | None = None    # made on first use
         self._parse(types, types + type_len)
 
     def _parse(self, off: int, end: int) -> None:
@@ -140,6 +142,75 @@ class BTF:
                 return None
             type_id = size_type
         return None
+
+    def _resolved(self, type_id: int) -> int:
+        """type_id through typedefs and qualifiers."""
+        for _ in range(_MAX_DEPTH):
+            found = self._type(type_id)
+            if found is None or found[1][0] not in REFERENCES - {VAR}:
+                return type_id
+            type_id = found[1][2]
+        return type_id
+
+    def struct_id(self, name: str) -> int | None:
+        """The id of the struct (or union) called name that has members,
+        None if this BTF (or its base) has none."""
+        if self._structs is None:
+            self._structs = {}
+            for i, (kind, name_off, _size, _extra) in enumerate(self._types):
+                if kind in (STRUCT, UNION) and name_off:
+                    self._structs.setdefault(self.name_at(name_off), self.first_id + i)
+        found = self._structs.get(name)
+        if found is None and self.base is not None:
+            return self.base.struct_id(name)
+        return found
+
+    def _members(self, type_id: int) -> list[tuple[str, int, int]]:
+        """(name, type id, offset in bits) of each member of a struct or
+        union; [] for any other type."""
+        found = self._type(self._resolved(type_id))
+        if found is None or found[1][0] not in (STRUCT, UNION):
+            return []
+        btf, (_kind, _name, _size, extra) = found
+        info = struct.unpack_from(btf._end + "I", btf._data, extra - 8)[0]
+        out = []
+        for k in range(info & 0xFFFF):
+            name_off, mtype, offset = struct.unpack_from(btf._end + "3I", btf._data,
+                                                         extra + 12 * k)
+            if info >> 31:          # kind_flag: the offset's low 24 bits, then a bitfield size
+                offset &= 0xFFFFFF
+            out.append((btf.name_at(name_off), mtype, offset))
+        return out
+
+    def _member_bits(self, type_id: int, name: str, depth: int = 0) -> tuple[int, int] | None:
+        """(offset in bits, type id) of the member called name, also inside
+        the struct's anonymous structs and unions."""
+        if depth > _MAX_DEPTH:
+            return None
+        for mname, mtype, offset in self._members(type_id):
+            if mname == name:
+                return offset, mtype
+            if not mname:
+                inner = self._member_bits(mtype, name, depth + 1)
+                if inner is not None:
+                    return offset + inner[0], inner[1]
+        return None
+
+    def member_offset(self, struct_name: str, path: str) -> int | None:
+        """The byte offset of struct_name's member path ("a.b.c": members of
+        members, through anonymous structs and unions), None if there is no
+        such struct or member, or it does not start on a byte."""
+        type_id = self.struct_id(struct_name)
+        if type_id is None:
+            return None
+        bits = 0
+        for name in path.split("."):
+            found = self._member_bits(type_id, name)
+            if found is None:
+                return None
+            bits += found[0]
+            type_id = found[1]
+        return bits // 8 if bits % 8 == 0 else None
 
     def datasec_sizes(self) -> dict[int, int]:
         """Each variable in a DATASEC (its id) and the size the section gives it."""

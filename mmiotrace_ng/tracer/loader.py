@@ -18,6 +18,7 @@ from ..common.bpfload import (
     load_program,
     map_lookup,
     map_update,
+    prefetch,
     read_drops,
     source_dir,
 )
@@ -36,7 +37,7 @@ from ..format.records import (
     NgHistKey,
     NgHistVal,
 )
-from . import pci
+from . import layout, pci
 
 IOREMAP_FAMILY = ("ioremap", "ioremap_uc", "ioremap_wc", "ioremap_wt", "ioremap_cache",
                   "ioremap_prot", "ioremap_encrypted")
@@ -61,13 +62,32 @@ def kernel_functions(names: tuple[str, ...]) -> list[str]:
     return [n for n in names if n in found]
 
 
-# loaded at the start; IRQ_PROGRAMS and DMA_TRACEPOINTS' when asked for
+SOURCE = "mmiotrace_ng.bpf.c"
+# loaded at the start; IRQ_PROGRAMS and DMA_PROGRAMS when asked for, if the
+# object has them (the kernel's BTF said where the members they read are:
+# layout.py)
 BASE_PROGRAMS = ("on_ioremap_entry", "on_ioremap_return", "on_iounmap", "on_access", "on_mark",
                  "on_map")
 IRQ_PROGRAMS = ("on_setup_irq", "on_pci_enable", "on_pci_enable_return", "on_irq_entry",
                 "on_irq_exit")
-PROGRAMS = (*BASE_PROGRAMS, *IRQ_PROGRAMS, "on_dma_map", "on_dma_unmap", "on_dma_alloc",
-            "on_dma_free", "on_dma_map_sg", "on_dma_unmap_sg")
+DMA_PROGRAMS = ("on_dma_map", "on_dma_unmap", "on_dma_alloc", "on_dma_free", "on_dma_map_sg",
+                "on_dma_unmap_sg")
+NO_LAYOUT = ("this kernel's BTF (/sys/kernel/btf/vmlinux) does not say where the kernel keeps "
+             "what the {} programs read: {} not traced")
+
+
+def start_compile() -> None:
+    """Begin getting the tracer's BPF object in the background (a first
+    start compiles it); `tracer_object` takes it over."""
+    prefetch(source_dir("bpf") / SOURCE, BASE_PROGRAMS, optional=(*IRQ_PROGRAMS, *DMA_PROGRAMS),
+             defines=layout.kernel_defines)
+
+
+def tracer_object() -> tuple[BpfObject, bool]:
+    """The tracer's BPF object, and whether it came from the cache."""
+    return compiled(source_dir("bpf") / SOURCE, BASE_PROGRAMS,
+                    optional=(*IRQ_PROGRAMS, *DMA_PROGRAMS), defines=layout.kernel_defines)
+
 TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 # Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
 # also run when the access is made from inside another kprobe's handler).
@@ -109,7 +129,7 @@ class Probes:
         pages = max(1, buffer_kb * 1024 // 4096)
         pages = 1 << (pages - 1).bit_length()  # the ring buffer wants a power of two
         self.buffer_bytes = pages * 4096
-        obj, cached = compiled(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
+        obj, cached = tracer_object()
         PHASES.done("BPF object " + ("(cached)" if cached else "(compiled)") + ", waited for")
         self._obj = obj
         try:
@@ -212,6 +232,8 @@ class Probes:
         requested from now on (the __setup_irq kprobe, for MSI vectors),
         then those they have now (sysfs), into the filter map irq_lines.
         What cannot be followed is said in the list returned (for stderr)."""
+        if not all(p in self._obj.progs for p in IRQ_PROGRAMS):
+            return [NO_LAYOUT.format("interrupt", "interrupts are")]
         notes: list[str] = []
         names = self._trace_devices(devices, notes)
         self._load_programs(IRQ_PROGRAMS)
@@ -241,6 +263,8 @@ class Probes:
         """Record the DMA mappings of these devices: the kernel's dma
         tracepoints that it has.  What is not traced is said in the list
         returned."""
+        if not all(p in self._obj.progs for p in DMA_PROGRAMS):
+            return [NO_LAYOUT.format("DMA", "DMA mappings are")]
         notes: list[str] = []
         self._trace_devices(devices, notes)
         found = []

@@ -374,13 +374,12 @@ def trace(args: argparse.Namespace) -> int:
     except OSError as exc:
         os.close(lock)
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from exc
-    from ..common.bpfload import prefetch, source_dir
     from .kmodload import ensure_loaded
-    from .loader import PROGRAMS
+    from .loader import start_compile
 
     try:
         # the BPF programs compile (a first start) while the helper loads
-        prefetch(source_dir("bpf") / "mmiotrace_ng.bpf.c", PROGRAMS)
+        start_compile()
         ensure_loaded(args.helper)
         PHASES.done("helper module")
     except LoaderError:

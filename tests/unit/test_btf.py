@@ -120,6 +120,54 @@ def test_types_by_kind_and_name_and_the_datasec():
     assert t.datasec_sizes() == {v: size for v, _off, size in b.secinfo}
 
 
+def layout_blob(end: str = "<") -> tuple[Blob, int]:
+    """struct outer { long a; struct inner in; union { int u1; struct {
+    char pad[3]; char deep; }; }; unsigned int bits: 3, more: 5; }, its
+    members at bytes 0, 8, 24 (deep 27) and bits 224/227 (kind_flag)."""
+    b = Blob(end)
+    ul = b.add(INT, "long unsigned int", 8, extra=b.u32s(64))
+    i = b.add(INT, "int", 4, extra=b.u32s((1 << 24) | 32))
+    c = b.add(INT, "char", 1, extra=b.u32s((1 << 24) | 8))
+    ui = b.add(INT, "unsigned int", 4, extra=b.u32s(32))
+    pad = b.add(ARRAY, "", 0, extra=b.u32s(c, i, 3))
+    inner = b.add(STRUCT, "inner", 16, 2, b.u32s(b._str("x"), ul, 0, b._str("name"), ul, 64))
+    inner_t = b.add(CONST, "", b.add(TYPEDEF, "inner_t", inner))
+    anon_s = b.add(STRUCT, "", 4, 2, b.u32s(b._str("pad"), pad, 0, b._str("deep"), c, 24))
+    anon_u = b.add(UNION, "", 4, 2, b.u32s(b._str("u1"), i, 0, 0, anon_s, 0))
+    b.add(FWD, "outer", 0)                       # a declaration first: not the struct
+    outer = b.add(STRUCT, "outer", 32, 5,
+                  b.u32s(b._str("a"), ul, 0, b._str("in"), inner_t, 64, 0, anon_u, 192,
+                         b._str("bits"), ui, (3 << 24) | 224, b._str("more"), ui,
+                         (5 << 24) | 227))
+    # kind_flag: the members' offsets carry a bitfield size in their top byte
+    b.types[-12 * 5 - 12 + 4:-12 * 5 - 12 + 8] = b.u32s((STRUCT << 24) | (1 << 31) | 5)
+    return b, outer
+
+
+@pytest.mark.parametrize("end", ["<", ">"])
+def test_member_offsets_through_members_typedefs_and_anonymous_unions(end):
+    b, outer = layout_blob(end)
+    t = BTF(b.bytes())
+    assert t.struct_id("outer") == outer
+    assert t.struct_id("nope") is None
+    got = {path: t.member_offset("outer", path)
+           for path in ("a", "in", "in.name", "u1", "deep", "pad", "bits", "more",
+                        "in.nope", "nope", "a.x")}
+    assert got == {"a": 0, "in": 8, "in.name": 16, "u1": 24, "deep": 27, "pad": 24,
+                   "bits": 28, "more": None, "in.nope": None, "nope": None, "a.x": None}
+    assert t.member_offset("nope", "a") is None
+    assert t.member_offset("inner", "name") == 8
+
+
+def test_member_offsets_of_a_split_blob_find_the_bases_structs():
+    b, _outer = layout_blob()
+    m = Blob(base=b)
+    m.add(STRUCT, "mod", 8, 1, m.u32s(m._str("o"), 1, 0))
+    t = BTF(m.bytes(), BTF(b.bytes()))
+    assert t.member_offset("outer", "in.name") == 16
+    assert t.member_offset("mod", "o") == 0
+
+
 def module_blob(base: Blob) -> Blob:
     m = Blob(base=base)
     st = m.add(STRUCT, "mod_state", 48, 1, m.u32s(m._str("regs"), 3, 0))
