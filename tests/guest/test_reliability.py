@@ -30,9 +30,9 @@ from mmiotrace_ng.format.abi import MmiotngCmd, Mode
 from mmiotrace_ng.tracer.vmalloc import read_vmallocinfo
 
 PY = sys.executable  # the guest's Python: the venv, or a release's own (tests/vm/run)
-# kill cycles per test: three at each of the CLI's four kinds of points
-# (a minute of tests/run under TCG); NG_STRESS_SCALE multiplies them
-KILL_CYCLES = round(stress_length(12))
+# kill cycles per test: two at each of the CLI's four kinds of points (50 s
+# of tests/run under TCG); NG_STRESS_SCALE multiplies them
+KILL_CYCLES = round(stress_length(8))
 E1000_ID = (0x8086, 0x100E)
 
 def spawn_controller(start: int, length: int) -> tuple[int, int]:

@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def test_storm_counted_in_the_output(exerciser):
-    seconds = stress_length(15)
+    seconds = stress_length(10)
     res = subprocess.run([sys.executable, str(HERE / "storm.py"), "--seconds", f"{seconds:g}"],
                          capture_output=True, text=True, timeout=600)
     print(res.stdout, res.stderr)

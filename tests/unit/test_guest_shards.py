@@ -45,11 +45,20 @@ def test_two_shards_are_the_whole_suite_once():
 
 
 def test_the_two_parts_are_about_as_long():
+    """With the short boots after the second (tests/run)."""
     part = shards.assign(list(shards.SECONDS), 2)
     load = [sum(s for f, s in shards.SECONDS.items() if part[f] == k) for k in (1, 2)]
+    load[1] += shards.AFTER_LAST
     # greedy longest-first: the parts differ by at most the longest file
     assert abs(load[0] - load[1]) <= max(shards.SECONDS.values())
     assert abs(load[0] - load[1]) <= 0.05 * sum(load), load
+
+
+def test_pinned_files_are_in_their_part():
+    for n in (2, 3):
+        part = shards.assign(list(shards.SECONDS), n)
+        assert all(part[f] == min(k, n) for f, k in shards.PINNED.items())
+    assert shards.assign(list(shards.SECONDS), 1) == dict.fromkeys(shards.SECONDS, 1)
 
 
 def test_a_file_not_listed_still_runs_in_one_part():
