@@ -57,7 +57,8 @@ class Event(NamedTuple):
     PCIDEV (a header line, in text); with extras (recordings only), IRQ
     (map_id: the interrupt, width: 0 entry / 1 exit, value: the result,
     text: "DEV\tHANDLER") and DMA (phys: the bus address, length: the size,
-    width: enum ng_dma_kind, value: the direction, text: the device)."""
+    width: enum ng_dma_kind, value: the direction, text: the device,
+    dma_phys: the memory's physical address, 0 where not known)."""
 
     kind: str
     ts_ns: int = 0
@@ -70,6 +71,7 @@ class Event(NamedTuple):
     pid: int = 0
     length: int = 0         # MAP: the length
     text: str = ""          # MARK: its text (no newline); UNKNOWN: "xx,xx,xx"; PCIDEV: the line
+    dma_phys: int = 0       # DMA: the memory's physical address (0: not known)
 
 
 def events(trace: Trace, extras: bool = False) -> Iterator[Event]:
@@ -176,8 +178,8 @@ def record_events(raw: memoryview, extras: bool = False) -> list[Event]:
                               pid=r.pid, text=text)] if extras else [])
     if isinstance(r, NgRecDma):
         return lost + ([Event("DMA", h.ts_ns, h.cpu, phys=r.addr, width=r.kind, value=r.dir,
-                              pid=r.pid, length=r.size,
-                              text=r.dev.decode(ENCODING, ERRORS))] if extras else [])
+                              pid=r.pid, length=r.size, text=r.dev.decode(ENCODING, ERRORS),
+                              dma_phys=r.phys)] if extras else [])
     if isinstance(r, NgRecAccess):     # an op parse accepts that the fast path did not
         ev = Event(_OPS.get(r.op, "UNKNOWN"), h.ts_ns, h.cpu, r.map_id, r.phys, r.width,
                    r.value, r.ip, r.pid, text=",".join(f"{b:02x}" for b in r.insn[:3]))

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Final
 
+from ..format.render import DMA_TEXT_RE, IRQ_TEXT_RE
+
 if TYPE_CHECKING:
     from ..common.symbols import Kallsyms
     from .regmap import RegMap
@@ -42,8 +44,6 @@ PLACE_WIDTH: Final = 10          # the register column is padded to this
 CACHE_LIMIT: Final = 1 << 16     # texts of distinct accesses kept for reuse
 _LOST_RE: Final = re.compile(r"Lost (\d+) events\.")
 _SIZE_RE: Final = re.compile(r"/0x[0-9a-f]+(?= |$)")
-_IRQ_RE: Final = re.compile(r"irq (\d+) (\S+) (enter|exit) (\S+)")
-_DMA_RE: Final = re.compile(r"dma (\S+) (\S+) 0x([0-9a-f]+) (\d+) (\S+)")
 DMA_KEPT: Final = 4096           # DMA mappings remembered at most (the oldest go)
 US_PER_S: Final = 1_000_000
 
@@ -494,10 +494,10 @@ class Annotator:
             self.out.append(f"{'!' * 11} *** LOST {n} EVENT{'S' if n != 1 else ''}: the trace "
                             "has a gap here ***\n")
             return
-        if (m := _IRQ_RE.fullmatch(a.text)) is not None:
+        if (m := IRQ_TEXT_RE.fullmatch(a.text)) is not None:
             self._irq(to_us(a.ts), int(m[1]), m[2], m[3], m[4])
             return
-        if (m := _DMA_RE.fullmatch(a.text)) is not None:
+        if (m := DMA_TEXT_RE.fullmatch(a.text)) is not None:
             self._dma(to_us(a.ts), m[1], m[2], int(m[3], 16), int(m[4]), m[5])
             return
         self._line(to_us(a.ts), f"MARK {a.text}\n")

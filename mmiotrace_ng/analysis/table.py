@@ -5,7 +5,9 @@ and queried by `query` (docs/sql.md has the schema, SCHEMA_VERSION):
   pid, pc with its function and module, kind, width, physical address, the
   device, BAR and offset in the BAR it falls in, value, map id, register
   name and fields (where a register map applies), the marker's text, the
-  section (the text of the last MARK before the row);
+  section (the text of the last MARK before the row); a recording's
+  interrupts (IRQ: number, enter or exit, handler, result) and DMA mappings
+  (DMA: what, bus address, size, direction, memory);
 - devices: one row per BAR of each PCIDEV line (a device without BARs: one
   row, bar NULL);
 - mappings: one row per MAP, with its UNMAP (NULL while never unmapped).
@@ -33,6 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pac
 import pyarrow.parquet as pq
 
 from .. import __version__
@@ -40,20 +43,21 @@ from ..common import ringbuf
 from ..common.errors import UsageError
 from ..format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
 from ..format.records import NgRecAccess, NgRecHdr, NgRecType
+from ..format.render import DMA_DIRECTIONS, DMA_KINDS, DMA_TEXT_RE, IRQ_TEXT_RE
 from .accesses import NO_CPU, Event, RegisterNames, events, record_events, valid_text
 from .annotate import parse_pcidev
 from .tablefiles import SUFFIX, TABLES
 from .tracefile import Trace, TraceError
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2          # 2: IRQ and DMA rows, their columns
 ROWS: Final = 1 << 18               # records per batch (and Parquet row group)
 CACHE: Final = 1 << 16              # symbols, regions and fields remembered
 META_KEY: Final = b"mmiotrace_ng.schema"
 
 # kinds, by code in the batches' kind column
-KINDS: Final = ("R", "W", "UNKNOWN", "MAP", "UNMAP", "MARK", "LOST", "UNTRACED")
+KINDS: Final = ("R", "W", "UNKNOWN", "MAP", "UNMAP", "MARK", "LOST", "UNTRACED", "IRQ", "DMA")
 _CODE: Final = {k: i for i, k in enumerate(KINDS)}
-R, W, UNKNOWN, MAP, UNMAP, MARK, LOST, UNTRACED = range(len(KINDS))
+R, W, UNKNOWN, MAP, UNMAP, MARK, LOST, UNTRACED, IRQ, DMA = range(len(KINDS))
 _LOST_PREFIX: Final = "Lost "
 _NOTE_PREFIX: Final = "mmiotrace-ng: "      # the tracer's notes (untraced ranges)
 
@@ -68,8 +72,8 @@ RECORDS: Final = pa.schema([
     ("module", pa.string()),        # NULL: the kernel itself, or no symbol
     ("kind", pa.string()),          # KINDS
     ("width", pa.uint8()),          # R, W
-    ("phys", pa.uint64()),          # R, W, UNKNOWN, MAP, UNMAP (the mapping's start)
-    ("bdf", pa.string()),           # the PCI device whose BAR phys is in
+    ("phys", pa.uint64()),          # R, W, UNKNOWN, MAP, UNMAP (the mapping's start); DMA: memory
+    ("bdf", pa.string()),           # the PCI device whose BAR phys is in; IRQ, DMA: the device
     ("bar", pa.int8()),             # 0-5, 6 the expansion ROM
     ("bar_offset", pa.uint64()),
     ("value", pa.uint64()),         # R, W
@@ -78,10 +82,16 @@ RECORDS: Final = pa.schema([
     ("fields", pa.string()),        # the register's fields decoded: {F1=.. F2=..}
     ("insn", pa.string()),          # UNKNOWN: the first instruction bytes, xx,xx,xx
     ("virt", pa.uint64()),          # MAP
-    ("length", pa.uint64()),        # MAP
+    ("length", pa.uint64()),        # MAP; DMA: the size
     ("text", pa.string()),          # MARK, LOST, UNTRACED: the line's text
     ("lost", pa.int64()),           # LOST: events dropped here
     ("section", pa.string()),       # the text of the last MARK before the row
+    ("irq", pa.int32()),            # IRQ: the interrupt number
+    ("event", pa.string()),         # IRQ: enter, exit; DMA: map, unmap, alloc, free, map-sg, ...
+    ("handler", pa.string()),       # IRQ enter: the handler's name
+    ("result", pa.string()),        # IRQ exit: handled, none, wake-thread
+    ("dma_addr", pa.uint64()),      # DMA: the bus address the device uses
+    ("direction", pa.string()),     # DMA: to-device, from-device, bidirectional, none
 ])
 
 DEVICES: Final = pa.schema([
@@ -118,7 +128,8 @@ MAPPINGS: Final = pa.schema([
 
 # columns Parquet dictionary-encodes: all but those of (nearly) unique values
 DICTIONARY: Final = [f.name for f in RECORDS
-                     if f.name not in ("seq", "ts_ns", "value", "virt", "length", "lost")]
+                     if f.name not in ("seq", "ts_ns", "value", "virt", "length", "lost",
+                                       "dma_addr")]
 
 SCHEMAS: Final = {"records": RECORDS, "devices": DEVICES, "mappings": MAPPINGS}
 
@@ -181,7 +192,8 @@ class _Pending:
 _ROW_TYPES: Final = {"seq": np.int64, "ts": np.int64, "cpu": np.int16, "pid": np.int64,
                      "pc": np.uint64, "kind": np.uint8, "width": np.uint8, "phys": np.uint64,
                      "value": np.uint64, "map_id": np.int64, "virt": np.uint64,
-                     "length": np.uint64, "lost": np.int64, "section": np.int64}
+                     "length": np.uint64, "lost": np.int64, "section": np.int64,
+                     "irq": np.int64, "dma_addr": np.uint64}
 _ROW_KEYS: Final = tuple(_ROW_TYPES)
 
 
@@ -246,7 +258,7 @@ class Converter:
                         break
                     pos, raw = nxt
                     if raw is not None:
-                        for ev in record_events(raw):
+                        for ev in record_events(raw, extras=True):
                             last = ev.ts_ns
                             yield from self._event(ev)
                 if self.pending.count >= ROWS:
@@ -292,9 +304,23 @@ class Converter:
                     kind = "LOST"
             elif text.startswith(_NOTE_PREFIX):
                 kind = "UNTRACED"
+            elif self.trace.recording is None:
+                ev = _extra_of_text(ev)
+                kind, text = ev.kind, ev.text
         code = _CODE[kind]
         phys, value, width, virt, length = ev.phys, ev.value, ev.width, 0, 0
-        if code == MAP:
+        map_id, irq, dma_addr = ev.map_id, 0, 0
+        strings: list[tuple[str, str]] = []     # (column, text) of IRQ and DMA rows
+        if code == IRQ:
+            dev, _, what = text.partition("\t")
+            irq, map_id, phys, value, width = ev.map_id, 0, 0, 0, 0
+            strings = [("dev", dev), ("event", "exit" if ev.width else "enter"),
+                       ("result" if ev.width else "handler", what)]
+        elif code == DMA:
+            dma_addr, phys, length, value, width = ev.phys, ev.dma_phys, ev.length, 0, 0
+            strings = [("dev", text), ("event", _word(DMA_KINDS, ev.width, "kind")),
+                       ("direction", _word(DMA_DIRECTIONS, ev.value, "dir"))]
+        elif code == MAP:
             virt, value, length = ev.value, 0, ev.length
             self.map_phys[ev.map_id] = ev.phys
             self._map(ev)
@@ -312,10 +338,12 @@ class Converter:
         row["width"].append(width)
         row["phys"].append(phys)
         row["value"].append(value)
-        row["map_id"].append(ev.map_id)
+        row["map_id"].append(map_id)
         row["virt"].append(virt)
         row["length"].append(length)
         row["lost"].append(lost)
+        row["irq"].append(irq)
+        row["dma_addr"].append(dma_addr)
         if code == MARK:
             self.sections.append(text)
             self.section = len(self.sections) - 1
@@ -324,6 +352,8 @@ class Converter:
             self.pending.texts.append((i, "text", valid_text(text)))
         elif code == UNKNOWN and text:
             self.pending.texts.append((i, "insn", text))
+        for column, value_text in strings:
+            self.pending.texts.append((i, column, valid_text(value_text)))
         self.seq += 1
         self.pending.count += 1
         self.counts[kind] += 1
@@ -476,12 +506,21 @@ class Converter:
         usec, sec_at = _distinct(sec)
         section = pa.array([self.sections[s] if s >= 0 else None for s in usec],
                            pa.string()).take(sec_at)
-        text_cols = {"text": [None] * n if texts else None, "insn": [None] * n if texts else None}
+        text_cols: dict[str, list[str | None]] = {}
         for i, col, t in texts:
-            text_cols[col][i] = t  # type: ignore[index]
+            text_cols.setdefault(col, [None] * n)[i] = t
+
+        def strings(col: str) -> pa.Array:
+            got = text_cols.get(col)
+            return pa.array(got, pa.string()) if got is not None else pa.nulls(n, pa.string())
+
         cpu = c["cpu"]
         pcs = pa.array(pc, pa.uint64(), mask=pc == 0)
         is_map = kind == MAP
+        is_irq, is_dma = kind == IRQ, kind == DMA
+        bdf = _masked(bdf, inside)
+        if "dev" in text_cols:          # IRQ and DMA rows: their device
+            bdf = pac.coalesce(strings("dev"), bdf)
         arrays = [
             pa.array(c["seq"], pa.int64()),
             pa.array(c["ts"], pa.int64()),
@@ -490,20 +529,27 @@ class Converter:
             pcs, sym_name, sym_off, sym_mod,
             pa.array(np.array(KINDS, dtype=object)[kind], pa.string()),
             pa.array(c["width"], pa.uint8(), mask=~access),
-            pa.array(c["phys"], pa.uint64(), mask=~has_phys),
-            _masked(bdf, inside),
+            pa.array(c["phys"], pa.uint64(),
+                     mask=~(has_phys | (is_dma & (c["phys"] != 0)))),
+            bdf,
             pa.array(bar, pa.int8(), mask=~inside),
             pa.array(off, pa.uint64(), mask=~inside),
             pa.array(c["value"], pa.uint64(), mask=~access),
             pa.array(c["map_id"].astype(np.int32), pa.int32(), mask=~has_phys),
             _masked(register, inside & (kind <= UNKNOWN)),
             fields,
-            pa.array(text_cols["insn"], pa.string()) if texts else pa.nulls(n, pa.string()),
+            strings("insn"),
             pa.array(c["virt"], pa.uint64(), mask=~is_map),
-            pa.array(c["length"], pa.uint64(), mask=~is_map),
-            pa.array(text_cols["text"], pa.string()) if texts else pa.nulls(n, pa.string()),
+            pa.array(c["length"], pa.uint64(), mask=~(is_map | is_dma)),
+            strings("text"),
             pa.array(c["lost"], pa.int64(), mask=kind != LOST),
             section,
+            pa.array(c["irq"].astype(np.int32), pa.int32(), mask=~is_irq),
+            strings("event"),
+            strings("handler"),
+            strings("result"),
+            pa.array(c["dma_addr"], pa.uint64(), mask=~is_dma),
+            strings("direction"),
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=RECORDS)
 
@@ -524,6 +570,35 @@ class Converter:
         return table.take(pa.array(out))
 
 
+def _word(words: tuple[str, ...], i: int, what: str) -> str:
+    """words[i], or what-i for a number past them (a newer tracer's)."""
+    return words[i] if 0 <= i < len(words) else f"{what}-{i}"
+
+
+def _number(words: tuple[str, ...], word: str, what: str) -> int | None:
+    """_word read back: the index of word, None if it is neither."""
+    if word in words:
+        return words.index(word)
+    if word.startswith(what + "-") and word[len(what) + 1:].isdigit():
+        return int(word[len(what) + 1:])
+    return None
+
+
+def _extra_of_text(ev: Event) -> Event:
+    """A text trace's MARK line of --irq or --dma as the IRQ or DMA event a
+    recording has for it (the memory's physical address unknown); any
+    other MARK as it is."""
+    if (m := IRQ_TEXT_RE.fullmatch(ev.text)) is not None:
+        return Event("IRQ", ev.ts_ns, ev.cpu, int(m[1]), width=int(m[3] == "exit"),
+                     pid=ev.pid, text=f"{m[2]}\t{m[4]}")
+    if (m := DMA_TEXT_RE.fullmatch(ev.text)) is not None:
+        kind, way = _number(DMA_KINDS, m[1], "kind"), _number(DMA_DIRECTIONS, m[5], "dir")
+        if kind is not None and way is not None:
+            return Event("DMA", ev.ts_ns, ev.cpu, phys=int(m[3], 16), width=kind, value=way,
+                         pid=ev.pid, length=int(m[4]), text=m[2])
+    return ev
+
+
 def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values (in order of first appearance) and, for each
     element, the index of its value among them (a hash table: faster than
@@ -536,9 +611,7 @@ def _masked(arr: pa.Array, keep: np.ndarray) -> pa.Array:
     """arr with NULL where keep is False."""
     if keep.all():
         return arr
-    import pyarrow.compute as pc
-
-    return pc.if_else(pa.array(keep), arr, pa.scalar(None, arr.type))
+    return pac.if_else(pa.array(keep), arr, pa.scalar(None, arr.type))
 
 
 def file_metadata(trace: Trace, table: str) -> dict[bytes, bytes]:

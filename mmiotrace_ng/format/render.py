@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import re
 import struct
 from collections.abc import Iterable
 from itertools import groupby, repeat
@@ -169,6 +170,11 @@ def irq_line(rec: NgRecIrq) -> str:
 # enum ng_dma_kind and enum dma_data_direction as a DMA line names them
 DMA_KINDS: Final = ("map", "unmap", "alloc", "free", "map-sg", "unmap-sg")
 DMA_DIRECTIONS: Final = ("bidirectional", "to-device", "from-device", "none")
+# irq_text's and dma_text's texts read back from a MARK line (annotate, the
+# tables): irq, device, enter|exit, handler|result; kind, device, bus
+# address, size, direction
+IRQ_TEXT_RE: Final = re.compile(r"irq (\d+) (\S+) (enter|exit) (.+)")
+DMA_TEXT_RE: Final = re.compile(r"dma (\S+) (\S+) 0x([0-9a-f]+) (\d+) (\S+)")
 
 
 def dma_text(rec: NgRecDma) -> str:

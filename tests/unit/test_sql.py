@@ -405,3 +405,117 @@ def test_a_directory_of_machines_is_one_table(tmp_path, capsys):
         [str(store / "*" / "*" / "records.parquet"),
          str(store / "*" / "*" / "devices.parquet")]).fetchone()
     assert n == sum(v for (_, _, _, k), v in want.items() if k == "W")
+
+
+# interrupts and DMA: (ns, cpu, "IRQ", irq, exit, ret, handler) and
+# (ns, cpu, "DMA", kind, bus address, size, direction, memory's physical address)
+EXTRAS = [
+    (7_000_000_000, 0, "DMA", 2, 0x100000, 4096, 0, 0x7F000),          # alloc
+    (7_000_001_000, 0, "DMA", 0, 0x200000, 2048, 1, 0x1234000),        # map, to-device
+    (7_000_003_000, 1, "IRQ", 24, 0, 0, "edu_exerciser"),
+    (7_000_004_000, 1, "IRQ", 24, 1, 1, "edu_exerciser"),              # handled
+    (7_000_006_000, 1, "IRQ", 24, 0, 0, "edu_exerciser"),
+    (7_000_007_000, 1, "IRQ", 24, 1, 0, "edu_exerciser"),              # IRQ_NONE
+    (7_000_008_000, 0, "DMA", 1, 0x200000, 2048, 1, 0),                # unmap
+    (7_000_009_000, 0, "DMA", 4, 0x300000, 512, 2, 0),                 # map-sg, from-device
+    (7_000_010_000, 0, "DMA", 9, 0x400000, 64, 7, 0),                  # a newer tracer's kind
+]
+DEV = "0000:00:05.0"
+
+
+def extras_recording(path: Path) -> Path:
+    """A MAP, a read, the EXTRAS and a write after them, recorded."""
+    from mmiotrace_ng.format.records import NgRecDma, NgRecIrq, NgRecType
+
+    recs = [mapping(6_000_000_000, 0, 1, BAR0, 0x100000),
+            access(6_000_001_000, 0, MMIOTNG_OP_READ, BAR0, 0x010000ED)]
+    for e in EXTRAS:
+        if e[2] == "IRQ":
+            r = NgRecIrq(irq=e[3], exit=e[4], ret=e[5], dev=DEV.encode(), handler=e[6].encode())
+            r.hdr.type = NgRecType.NG_REC_IRQ
+        else:
+            r = NgRecDma(kind=e[3], addr=e[4], size=e[5], dir=e[6], phys=e[7], dev=DEV.encode())
+            r.hdr.type = NgRecType.NG_REC_DMA
+        r.hdr.ts_ns, r.hdr.cpu = e[0], e[1]
+        recs.append(bytes(r))
+    recs.append(access(7_000_011_000, 1, MMIOTNG_OP_WRITE, BAR0 + 4, 5))
+    w = rawfile.RawWriter(str(path))
+    w.meta({"kernel": "6.1.0-test", "host": "testbox"})
+    w.header("VERSION 20070824\n" + PCIDEV)
+    w.records(recs)
+    w.end(0, 0, KALLSYMS, None)
+    w.close()
+    return path
+
+
+EXTRA_KEYS = ("kind", "ts_ns", "cpu", "bdf", "irq", "event", "handler", "result", "dma_addr",
+              "length", "direction", "phys", "map_id", "value", "width", "bar", "text",
+              "section")
+
+
+def extra_rows(text: bool) -> list[dict]:
+    """The rows EXTRAS make, from EXTRAS (a text trace: no CPU, times to the
+    microsecond, no memory address)."""
+    kinds = ("map", "unmap", "alloc", "free", "map-sg", "unmap-sg")
+    ways = ("bidirectional", "to-device", "from-device", "none")
+    rows = []
+    for e in EXTRAS:
+        row = dict.fromkeys(EXTRA_KEYS)
+        row.update(kind=e[2], ts_ns=e[0] // 1000 * 1000 if text else e[0],
+                   cpu=None if text else e[1], bdf=DEV)
+        if e[2] == "IRQ":
+            row.update(irq=e[3], event="exit" if e[4] else "enter")
+            if e[4]:
+                row["result"] = "handled" if e[5] else "none"
+            else:
+                row["handler"] = e[6]
+        else:
+            row.update(event=kinds[e[3]] if e[3] < len(kinds) else f"kind-{e[3]}",
+                       dma_addr=e[4], length=e[5],
+                       direction=ways[e[6]] if e[6] < len(ways) else f"dir-{e[6]}",
+                       phys=None if text or not e[7] else e[7])
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("kind", ["recording", "text of report --irq --dma"])
+def test_interrupts_and_dma_are_rows_of_their_own(kind, tmp_path, capsys):
+    """A recording's IRQ and DMA records (and the MARK lines `report --irq
+    --dma` prints for them) are IRQ and DMA rows, each column from the
+    record; they start no section and leave the accesses' rows as they were."""
+    src = extras_recording(tmp_path / "x.rec")
+    if kind != "recording":
+        status, out, err = run_main(["report", "--irq", "--dma", str(src)], capsys)
+        assert (status, err) == (0, "")
+        src = tmp_path / "x.txt"
+        src.write_text(out)
+    got = export(src, tmp_path / "out", capsys)["records"]
+    assert [r["kind"] for r in got] == ["MAP", "R", *(e[2] for e in EXTRAS), "W"]
+    assert pick(got[2:-1], EXTRA_KEYS) == extra_rows(kind != "recording")
+    r, w = got[1], got[-1]
+    assert (r["register"], r["value"], w["register"], w["value"]) == ("ID", 0x010000ED,
+                                                                      "LIVENESS", 5)
+    assert w["section"] is None and w["irq"] is None and w["event"] is None
+
+
+def test_interrupt_handlers_are_queried(tmp_path, capsys):
+    """What a user asks of them in SQL: each handler run's result and
+    duration, the DMA still mapped at the end."""
+    duckdb()
+    src = extras_recording(tmp_path / "x.rec")
+    runs = query(src, """
+        SELECT irq, handler, result, exit_ns - enter_ns AS ns FROM (
+            SELECT irq, handler, ts_ns AS enter_ns,
+                   lead(ts_ns) OVER (PARTITION BY irq ORDER BY seq) AS exit_ns,
+                   lead(result) OVER (PARTITION BY irq ORDER BY seq) AS result, event
+            FROM records WHERE kind = 'IRQ') WHERE event = 'enter' ORDER BY enter_ns""",
+                 capsys=capsys)
+    assert runs == [{"irq": 24, "handler": "edu_exerciser", "result": "handled", "ns": 1000},
+                    {"irq": 24, "handler": "edu_exerciser", "result": "none", "ns": 1000}]
+    mapped = query(src, """
+        SELECT printf('0x%x', dma_addr) AS addr FROM records WHERE kind = 'DMA'
+        GROUP BY dma_addr
+        HAVING count(*) FILTER (WHERE event IN ('map', 'alloc', 'map-sg'))
+             > count(*) FILTER (WHERE event IN ('unmap', 'free', 'unmap-sg'))
+        ORDER BY dma_addr""", capsys=capsys)
+    assert mapped == [{"addr": "0x100000"}, {"addr": "0x300000"}]
