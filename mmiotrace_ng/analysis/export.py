@@ -49,7 +49,7 @@ from typing import IO, Final
 
 from .. import __version__
 from ..common.errors import UsageError
-from ..format.render import DMA_DIRECTIONS, DMA_KINDS, ENCODING
+from ..format.render import DMA_KINDS, ENCODING, dma_words
 from ..format.timeorder import TimeOrder
 from .accesses import (
     NO_CPU,
@@ -327,8 +327,7 @@ class ChromeWriter:
         """A DMA mapping: a span from its map (or alloc) to its unmap (or
         free) on the DMA track."""
         self.thread(DMA_TID, "DMA")
-        kind = DMA_KINDS[ev.width] if ev.width < len(DMA_KINDS) else f"kind-{ev.width}"
-        way = DMA_DIRECTIONS[ev.value] if ev.value < len(DMA_DIRECTIONS) else f"dir-{ev.value}"
+        kind, way = dma_words(ev.width, ev.value)
         key = (ev.text, ev.phys)
         args = {"device": ev.text, "bus_address": f"0x{ev.phys:x}", "size": ev.length,
                 "direction": way, "kind": kind}

@@ -43,7 +43,7 @@ from ..common import ringbuf
 from ..common.errors import UsageError
 from ..format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_WRITE
 from ..format.records import NgRecAccess, NgRecHdr, NgRecType
-from ..format.render import DMA_DIRECTIONS, DMA_KINDS, DMA_TEXT_RE, IRQ_TEXT_RE
+from ..format.render import DMA_TEXT_RE, IRQ_TEXT_RE, dma_numbers, dma_words
 from .accesses import NO_CPU, Event, RegisterNames, events, record_events, valid_text
 from .annotate import parse_pcidev
 from .tablefiles import SUFFIX, TABLES
@@ -318,8 +318,8 @@ class Converter:
                        ("result" if ev.width else "handler", what)]
         elif code == DMA:
             dma_addr, phys, length, value, width = ev.phys, ev.dma_phys, ev.length, 0, 0
-            strings = [("dev", text), ("event", _word(DMA_KINDS, ev.width, "kind")),
-                       ("direction", _word(DMA_DIRECTIONS, ev.value, "dir"))]
+            kind_word, way = dma_words(ev.width, ev.value)
+            strings = [("dev", text), ("event", kind_word), ("direction", way)]
         elif code == MAP:
             virt, value, length = ev.value, 0, ev.length
             self.map_phys[ev.map_id] = ev.phys
@@ -570,20 +570,6 @@ class Converter:
         return table.take(pa.array(out))
 
 
-def _word(words: tuple[str, ...], i: int, what: str) -> str:
-    """words[i], or what-i for a number past them (a newer tracer's)."""
-    return words[i] if 0 <= i < len(words) else f"{what}-{i}"
-
-
-def _number(words: tuple[str, ...], word: str, what: str) -> int | None:
-    """_word read back: the index of word, None if it is neither."""
-    if word in words:
-        return words.index(word)
-    if word.startswith(what + "-") and word[len(what) + 1:].isdigit():
-        return int(word[len(what) + 1:])
-    return None
-
-
 def _extra_of_text(ev: Event) -> Event:
     """A text trace's MARK line of --irq or --dma as the IRQ or DMA event a
     recording has for it (the memory's physical address unknown); any
@@ -592,10 +578,10 @@ def _extra_of_text(ev: Event) -> Event:
         return Event("IRQ", ev.ts_ns, ev.cpu, int(m[1]), width=int(m[3] == "exit"),
                      pid=ev.pid, text=f"{m[2]}\t{m[4]}")
     if (m := DMA_TEXT_RE.fullmatch(ev.text)) is not None:
-        kind, way = _number(DMA_KINDS, m[1], "kind"), _number(DMA_DIRECTIONS, m[5], "dir")
-        if kind is not None and way is not None:
-            return Event("DMA", ev.ts_ns, ev.cpu, phys=int(m[3], 16), width=kind, value=way,
-                         pid=ev.pid, length=int(m[4]), text=m[2])
+        numbers = dma_numbers(m[1], m[5])
+        if numbers is not None:
+            return Event("DMA", ev.ts_ns, ev.cpu, phys=int(m[3], 16), width=numbers[0],
+                         value=numbers[1], pid=ev.pid, length=int(m[4]), text=m[2])
     return ev
 
 

@@ -120,9 +120,9 @@ def compile_object(source: Path, cflags: list[str], programs: tuple[str, ...],
         for name in (*programs, *optional):
             start = lib.bpf_function_start(m, name.encode())
             size = lib.bpf_function_size(m, name.encode())
-            if (not start or not size) and name in optional:
-                continue
             if not start or not size:
+                if name in optional:
+                    continue
                 raise LoaderError(f"the BPF source has no function {name}")
             progs[name] = ctypes.string_at(start, size)
         return BpfObject(maps, progs, lib.bpf_module_license(m).decode(),

@@ -177,12 +177,31 @@ IRQ_TEXT_RE: Final = re.compile(r"irq (\d+) (\S+) (enter|exit) (.+)")
 DMA_TEXT_RE: Final = re.compile(r"dma (\S+) (\S+) 0x([0-9a-f]+) (\d+) (\S+)")
 
 
+def dma_words(kind: int, way: int) -> tuple[str, str]:
+    """A DMA record's kind and direction in words (a number past the
+    tables, a newer tracer's: kind-N, dir-N)."""
+    return (DMA_KINDS[kind] if kind < len(DMA_KINDS) else f"kind-{kind}",
+            DMA_DIRECTIONS[way] if way < len(DMA_DIRECTIONS) else f"dir-{way}")
+
+
+def dma_numbers(kind: str, way: str) -> tuple[int, int] | None:
+    """dma_words read back; None if either is not a word of theirs."""
+    out = []
+    for word, words, what in ((kind, DMA_KINDS, "kind-"), (way, DMA_DIRECTIONS, "dir-")):
+        if word in words:
+            out.append(words.index(word))
+        elif word.startswith(what) and word[len(what):].isdigit():
+            out.append(int(word[len(what):]))
+        else:
+            return None
+    return out[0], out[1]
+
+
 def dma_text(rec: NgRecDma) -> str:
     """What a DMA record says: "dma map 0000:00:05.0 0x1f3a000 4096
     to-device": the kind, the device, the bus address the device uses, the
     size in bytes, the direction."""
-    kind = DMA_KINDS[rec.kind] if rec.kind < len(DMA_KINDS) else f"kind-{rec.kind}"
-    way = DMA_DIRECTIONS[rec.dir] if rec.dir < len(DMA_DIRECTIONS) else f"dir-{rec.dir}"
+    kind, way = dma_words(rec.kind, rec.dir)
     return f"dma {kind} {rec.dev.decode(ENCODING, ERRORS)} 0x{rec.addr:x} {rec.size} {way}"
 
 

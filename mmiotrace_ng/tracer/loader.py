@@ -7,6 +7,7 @@ import ctypes
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ..common import bpfsys
 from ..common.bpfload import (
@@ -72,22 +73,11 @@ IRQ_PROGRAMS = ("on_setup_irq", "on_pci_enable", "on_pci_enable_return", "on_irq
                 "on_irq_exit")
 DMA_PROGRAMS = ("on_dma_map", "on_dma_unmap", "on_dma_alloc", "on_dma_free", "on_dma_map_sg",
                 "on_dma_unmap_sg")
+# what compiled()/prefetch() get of the tracer's object beside its source
+OBJECT_OPTIONS: dict[str, Any] = {"optional": (*IRQ_PROGRAMS, *DMA_PROGRAMS),
+                                  "defines": layout.kernel_defines}
 NO_LAYOUT = ("this kernel's BTF (/sys/kernel/btf/vmlinux) does not say where the kernel keeps "
              "what the {} programs read: {} not traced")
-
-
-def start_compile() -> None:
-    """Begin getting the tracer's BPF object in the background (a first
-    start compiles it); `tracer_object` takes it over."""
-    prefetch(source_dir("bpf") / SOURCE, BASE_PROGRAMS, optional=(*IRQ_PROGRAMS, *DMA_PROGRAMS),
-             defines=layout.kernel_defines)
-
-
-def tracer_object() -> tuple[BpfObject, bool]:
-    """The tracer's BPF object, and whether it came from the cache."""
-    return compiled(source_dir("bpf") / SOURCE, BASE_PROGRAMS,
-                    optional=(*IRQ_PROGRAMS, *DMA_PROGRAMS), defines=layout.kernel_defines)
-
 TRACEFS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 # Programs on the helper's tracepoints (raw tracepoints: unlike kprobes they
 # also run when the access is made from inside another kprobe's handler).
@@ -111,6 +101,17 @@ DMA_TRACEPOINTS = {
 DMA_NOT_HERE = ("this kernel has no dma tracepoints (Linux 6.12 and later have them): DMA "
                 "mappings are not traced")
 RAW_TRACEPOINT_PROGRAMS = (*TRACEPOINT_PROGRAMS, *IRQ_TRACEPOINTS, *DMA_TRACEPOINTS)
+
+
+def start_compile() -> None:
+    """Begin getting the tracer's BPF object in the background (a first
+    start compiles it); `tracer_object` takes it over."""
+    prefetch(source_dir("bpf") / SOURCE, BASE_PROGRAMS, **OBJECT_OPTIONS)
+
+
+def tracer_object() -> tuple[BpfObject, bool]:
+    """The tracer's BPF object, and whether it came from the cache."""
+    return compiled(source_dir("bpf") / SOURCE, BASE_PROGRAMS, **OBJECT_OPTIONS)
 
 
 class Probes:
