@@ -15,6 +15,7 @@
  *   mmiotng_pci.c     --all: filters for the devices a driver binds to
  *   mmiotng_nl.c      the generic-netlink transport of the session commands
  *   mmiotng_hooks.c   trace_marker and the kernel's own mmiotrace
+ *   mmiotng_flight.c  the flight recorder: the last accesses in reserved memory
  *   mmiotng_main.c    module init and exit
  *
  * Locking, for the whole module (each file repeats what concerns it):
@@ -330,6 +331,15 @@ int ng_hooks_init(void);
 void ng_hooks_exit(void);
 
 /* mmiotng_nl.c */
+int ng_flight_init(void);
+void ng_flight_exit(void);
+int ng_flight_start(phys_addr_t phys, u64 size, u32 want, const char *text);
+void ng_flight_stop(void);
+u32 ng_flight_recs(void);
+int ng_flight_read(phys_addr_t phys, u64 size, u64 off, void *buf, size_t len);
+void ng_flight_access(const struct mmiotng_access *a);
+void ng_flight_map(unsigned long virt, phys_addr_t phys, unsigned long size);
+
 int ng_nl_init(void);
 void ng_nl_exit(void);
 

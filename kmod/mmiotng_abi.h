@@ -14,6 +14,9 @@
  *    leaves it unarmed (err < 0, why: it is NOT traced); the module is the
  *    one authority on what is traced.
  * 2. The generic-netlink family MMIOTNG_GENL_NAME: commands and attributes.
+ * 3. The flight region (MMIOTNG_CMD_FLIGHT_START): the layout of the
+ *    reserved memory where the module keeps the last accesses of each CPU
+ *    for after a crash and a warm reboot (struct mmiotng_flight_hdr).
  *    MMIOTNG_ABI_VERSION changes whenever either part does in a way the
  *    other side must know (MMIOTNG_MODE_TRAP_ONLY came without a change:
  *    the tracer never sends it); STATUS reports the version of the loaded
@@ -25,7 +28,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	6
+#define MMIOTNG_ABI_VERSION	7
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
@@ -94,6 +97,10 @@ enum mmiotng_cmd {
 	MMIOTNG_CMD_STATUS,		/* reply: the STAT_* attributes */
 	MMIOTNG_CMD_SET_MODE,		/* MODE: MMIOTNG_MODE_* */
 	MMIOTNG_CMD_NEW_DEVICES,	/* trace each PCI device a driver binds to from now on */
+	/* PHYS, SIZE, RECS, TEXT: keep the last RECS accesses per CPU in that reserved memory */
+	MMIOTNG_CMD_FLIGHT_START,
+	/* PHYS, SIZE, OFFSET: reply FLIGHT_DATA, the region's bytes from OFFSET */
+	MMIOTNG_CMD_FLIGHT_READ,
 	__MMIOTNG_CMD_MAX,
 };
 
@@ -102,10 +109,11 @@ enum mmiotng_cmd {
 /*
  * MMIOTNG_ATTRS(X): the one list of attributes, in number order from 1.
  * X(NAME, TYPE, DIR) gives MMIOTNG_A_NAME, its payload (U32 or U64: NLA_
- * and nla_get_/nla_put_ suffixes) and its direction: REQ, taken in a
- * request; REPLY, only in STATUS replies (a request carrying it is
- * refused).  The enum, the module's policy and the check of the Python
- * mirror (ATTR_TYPES in mmiotrace_ng/format/abi.py) all come from this list.
+ * and nla_get_/nla_put_ suffixes; STRING, a NUL-terminated string; BINARY,
+ * bytes) and its direction: REQ, taken in a request; REPLY, only in
+ * replies (a request carrying it is refused).  The enum, the module's
+ * policy and the check of the Python mirror (ATTR_TYPES in
+ * mmiotrace_ng/format/abi.py) all come from this list.
  */
 #define MMIOTNG_ATTRS(X)						\
 	X(PHYS, U64, REQ)		/* physical address */		\
@@ -126,7 +134,12 @@ enum mmiotng_cmd {
 	X(STAT_STALE, U64, REPLY)	/* armed entries unmapped unseen, left alone */ \
 	X(STAT_PROBES_OFF, U32, REPLY)	/* 1: kprobes are disabled, nothing traced */ \
 	X(STAT_MISSED, U64, REPLY)	/* ioremap/iounmap calls the probes missed */ \
-	X(STAT_SPARE_BYTES, U64, REPLY)	/* bytes the spare mappings take */
+	X(STAT_SPARE_BYTES, U64, REPLY)	/* bytes the spare mappings take */ \
+	X(RECS, U32, REQ)		/* flight records per CPU */	\
+	X(OFFSET, U64, REQ)		/* bytes into the flight region */ \
+	X(TEXT, STRING, REQ)		/* the trace's header, for recover */ \
+	X(FLIGHT_DATA, BINARY, REPLY)	/* FLIGHT_READ's bytes */	\
+	X(STAT_FLIGHT_RECS, U64, REPLY)	/* flight records kept per CPU, 0: off */
 
 #define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
 
@@ -149,5 +162,75 @@ enum mmiotng_attr {
  * decoder does not know are still single-stepped and reported.
  */
 #define MMIOTNG_MODE_TRAP_ONLY	2
+
+/*
+ * The flight region: reserved memory (memmap=SIZE$ADDR: e820 "Reserved",
+ * never RAM) that survives a warm reboot.  FLIGHT_START writes a header,
+ * a table of the mappings and a ring of records per possible CPU:
+ *
+ *   [struct mmiotng_flight_hdr][maps x struct mmiotng_flight_map]
+ *   [cpus x recs x struct mmiotng_flight_rec]
+ *
+ * at offsets maps_off and recs_off.  A record's seq is the CPU's record
+ * number plus one, written last (0 while it is written): a record with
+ * seq 0, or one its slot does not hold ((seq - 1) % recs), is not one.
+ * The map table is filled the same way from one counter of all CPUs.
+ */
+#define MMIOTNG_FLIGHT_MAGIC	"MMIOTNGF"
+#define MMIOTNG_FLIGHT_VERSION	1
+#define MMIOTNG_FLIGHT_MAPS	256
+#define MMIOTNG_FLIGHT_MSG	256	/* the crash's words */
+#define MMIOTNG_FLIGHT_TEXT	4096	/* the trace's header text */
+#define MMIOTNG_FLIGHT_READ_MAX	16384	/* bytes in one FLIGHT_READ reply */
+
+/* mmiotng_flight_hdr.state */
+#define MMIOTNG_FLIGHT_RECORDING	1
+#define MMIOTNG_FLIGHT_STOPPED		2	/* the session ended */
+#define MMIOTNG_FLIGHT_CRASHED		3	/* the machine died while recording */
+
+/* mmiotng_flight_hdr.reason */
+#define MMIOTNG_FLIGHT_PANIC	1	/* panic(): message holds its words */
+#define MMIOTNG_FLIGHT_OOPS	2	/* an oops (die()): its words and where */
+
+struct mmiotng_flight_hdr {
+	__u8 magic[8];		/* MMIOTNG_FLIGHT_MAGIC, no NUL */
+	__u32 version;		/* MMIOTNG_FLIGHT_VERSION */
+	__u32 state;		/* MMIOTNG_FLIGHT_* */
+	__u32 cpus;		/* rings: one per possible CPU number */
+	__u32 recs;		/* records per ring */
+	__u32 rec_bytes;	/* sizeof(struct mmiotng_flight_rec) */
+	__u32 maps;		/* entries of the map table */
+	__u64 maps_off;		/* bytes from the start: the map table */
+	__u64 recs_off;		/* the rings */
+	__u64 start_ns;		/* the session's start, ktime_get_mono_fast_ns */
+	__u64 start_real_ns;	/* and the wall clock then */
+	__u64 crash_ns;		/* the first crash's time (mono) */
+	__u32 reason;		/* MMIOTNG_FLIGHT_PANIC or _OOPS */
+	__s32 crash_cpu;	/* where it happened */
+	__u32 panicked;		/* 1: panic() came (after the oops, if any) */
+	__u32 pad;
+	char message[MMIOTNG_FLIGHT_MSG];	/* NUL-terminated */
+	char text[MMIOTNG_FLIGHT_TEXT];		/* NUL-terminated */
+};
+
+struct mmiotng_flight_map {
+	__u64 seq;		/* as a record's, from one counter */
+	__u64 virt;
+	__u64 phys;
+	__u64 size;
+};
+
+struct mmiotng_flight_rec {
+	__u64 seq;		/* the CPU's record number + 1; 0: none */
+	__u64 ts_ns;		/* ktime_get_mono_fast_ns */
+	__u64 map_virt;		/* the mapping's address (mmiotng_access) */
+	__u64 phys;
+	__u64 value;
+	__u64 ip;
+	__u8 width;
+	__u8 op;		/* MMIOTNG_OP_* */
+	__u8 flags;		/* MMIOTNG_F_* */
+	__u8 pad[5];
+};
 
 #endif /* MMIOTNG_ABI_H */

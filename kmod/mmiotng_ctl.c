@@ -88,6 +88,7 @@ bool ng_session_release(u32 portid, const struct net *net)
 	    !net_eq(ng_owner_net, net))
 		return false;
 	ng_disarm_all();
+	ng_flight_stop();
 	ng_owner = 0;
 	ng_owner_net = NULL;
 	atomic_set(&ng_state, NG_IDLE);

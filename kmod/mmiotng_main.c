@@ -60,11 +60,16 @@ static int __init ng_init(void)
 	ret = ng_pci_init();
 	if (ret)
 		goto err_hooks;
-	ret = ng_nl_init();
+	ret = ng_flight_init();
 	if (ret)
 		goto err_pci;
+	ret = ng_nl_init();
+	if (ret)
+		goto err_flight;
 	return 0;
 
+err_flight:
+	ng_flight_exit();
 err_pci:
 	ng_pci_exit();
 err_hooks:
@@ -85,6 +90,7 @@ err_windows:
 static void __exit ng_exit(void)
 {
 	ng_nl_exit();
+	ng_flight_exit();
 	ng_pci_exit();
 	ng_hooks_exit();
 	mutex_lock(&ng_mutex);

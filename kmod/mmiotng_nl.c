@@ -24,6 +24,7 @@
 #include <linux/module.h>
 #include <linux/netlink.h>
 #include <linux/notifier.h>
+#include <linux/slab.h>
 #include <net/genetlink.h>
 
 #include "mmiotng.h"
@@ -156,6 +157,77 @@ static int ng_cmd_new_devices(struct sk_buff *skb, struct genl_info *info)
 	return 0;
 }
 
+static int ng_cmd_flight_start(struct sk_buff *skb, struct genl_info *info)
+{
+	char *text = NULL;
+	bool ok = true;
+	u64 phys = ng_get_u64(info, MMIOTNG_A_PHYS, &ok);
+	u64 size = ng_get_u64(info, MMIOTNG_A_SIZE, &ok);
+	int ret;
+
+	if (!ok || !info->attrs[MMIOTNG_A_RECS]) {
+		GENL_SET_ERR_MSG(info, "missing attribute");
+		return -EINVAL;
+	}
+	if (info->attrs[MMIOTNG_A_TEXT]) {
+		text = kzalloc(MMIOTNG_FLIGHT_TEXT, GFP_KERNEL);
+		if (!text)
+			return -ENOMEM;
+		nla_strscpy(text, info->attrs[MMIOTNG_A_TEXT], MMIOTNG_FLIGHT_TEXT);
+	}
+	ret = ng_flight_start(phys, size, nla_get_u32(info->attrs[MMIOTNG_A_RECS]),
+			      text ? text : "");
+	kfree(text);
+	if (ret == -EINVAL)
+		GENL_SET_ERR_MSG(info, "not page-aligned reserved memory, or no records");
+	else if (ret == -EBUSY)
+		GENL_SET_ERR_MSG(info, "the region is in use (ramoops? another session?)");
+	else if (ret == -ENOSPC)
+		GENL_SET_ERR_MSG(info, "the region is too small for one record per CPU");
+	return ret;
+}
+
+static int ng_cmd_flight_read(struct sk_buff *skb, struct genl_info *info)
+{
+	bool ok = true;
+	u64 phys = ng_get_u64(info, MMIOTNG_A_PHYS, &ok);
+	u64 size = ng_get_u64(info, MMIOTNG_A_SIZE, &ok);
+	u64 off = ng_get_u64(info, MMIOTNG_A_OFFSET, &ok);
+	struct sk_buff *msg;
+	struct nlattr *nla;
+	size_t len;
+	void *hdr;
+	int ret;
+
+	if (!ok)
+		return -EINVAL;
+	if (off > size) {
+		GENL_SET_ERR_MSG(info, "offset past the region");
+		return -EINVAL;
+	}
+	len = min_t(u64, size - off, MMIOTNG_FLIGHT_READ_MAX);
+	msg = genlmsg_new(nla_total_size(len) + NLMSG_DEFAULT_SIZE, GFP_KERNEL);
+	if (!msg)
+		return -ENOMEM;
+	hdr = genlmsg_put_reply(msg, info, &ng_family, 0, MMIOTNG_CMD_FLIGHT_READ);
+	nla = hdr ? nla_reserve(msg, MMIOTNG_A_FLIGHT_DATA, len) : NULL;
+	if (!nla) {
+		nlmsg_free(msg);
+		return -EMSGSIZE;
+	}
+	ret = ng_flight_read(phys, size, off, nla_data(nla), len);
+	if (ret) {
+		nlmsg_free(msg);
+		if (ret == -EINVAL)
+			GENL_SET_ERR_MSG(info, "not page-aligned reserved memory");
+		else if (ret == -EBUSY)
+			GENL_SET_ERR_MSG(info, "the region overlaps the one being recorded into");
+		return ret;
+	}
+	genlmsg_end(msg, hdr);
+	return genlmsg_reply(msg, info);
+}
+
 static int ng_put_stats(struct sk_buff *msg)
 {
 	struct ng_stats st;
@@ -176,7 +248,9 @@ static int ng_put_stats(struct sk_buff *msg)
 	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_STALE, st.stale, MMIOTNG_A_PAD) ||
 	       nla_put_u32(msg, MMIOTNG_A_STAT_PROBES_OFF, ng_probes_were_off()) ||
 	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_MISSED, ng_probes_missed(), MMIOTNG_A_PAD) ||
-	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_SPARE_BYTES, ng_spare_bytes(), MMIOTNG_A_PAD);
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_SPARE_BYTES, ng_spare_bytes(),
+				 MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_FLIGHT_RECS, ng_flight_recs(), MMIOTNG_A_PAD);
 }
 
 static int ng_cmd_status(struct sk_buff *skb, struct genl_info *info)
@@ -218,6 +292,8 @@ static const struct genl_small_ops ng_ops[] = {
 	NG_OP(MMIOTNG_CMD_STATUS, ng_cmd_status, 0),
 	NG_OP(MMIOTNG_CMD_SET_MODE, ng_cmd_set_mode, NG_NL_CLAIM),
 	NG_OP(MMIOTNG_CMD_NEW_DEVICES, ng_cmd_new_devices, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_FLIGHT_START, ng_cmd_flight_start, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_FLIGHT_READ, ng_cmd_flight_read, 0),
 };
 
 static struct genl_family ng_family __ro_after_init = {

@@ -205,6 +205,7 @@ void ng_report(const struct mmiotng_access *a)
 {
 	unsigned int level = ng_level();
 
+	ng_flight_access(a);
 	if (level) {
 		ng_defer(a, level);
 		return;
@@ -220,6 +221,8 @@ void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int
 		.virt = virt, .phys = phys, .size = size, .err = err,
 	};
 
+	if (!err && virt)
+		ng_flight_map(virt, phys, size);
 	ng_trace_map(&ev);
 }
 

@@ -35,6 +35,8 @@ EXAMPLES = """examples:
   mmiotrace-ng --pci 01:00.0 --histogram -- modprobe e1000   # counts per register and function
   mmiotrace-ng ksym pid_max:rw- -- sysctl kernel.pid_max     # who reads and writes a variable
   mmiotrace-ng install-helper                    # the helper module from DKMS
+  mmiotrace-ng --pci 01:00.0 --flight -- modprobe X   # keep the last accesses across a crash
+  mmiotrace-ng recover                           # after the reboot: what they were, and why
 
 Every FILE a command reads may be - (standard input).
 
@@ -112,6 +114,14 @@ def add_selection_options(ap: argparse.ArgumentParser) -> None:
                     help="do not trace mappings that exist before the start (--all never does)")
     ap.add_argument("--singlestep", action="store_true",
                     help="single-step every access instead of emulating (slow; for tests)")
+    ap.add_argument("--flight", type=int, nargs="?", const=4096, metavar="N",
+                    help="flight recorder: also keep the last N accesses of each CPU (default "
+                         "4096) in reserved memory that a warm reboot keeps; after a panic, "
+                         "an oops or a lockup, 'mmiotrace-ng recover' prints them (setup: "
+                         "the README's flight recorder section)")
+    ap.add_argument("--flight-region", metavar="SIZE@ADDR",
+                    help="the reserved memory for --flight (default: the kernel command "
+                         "line's memmap=SIZE$ADDR reservation)")
     ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="print the time each start-up phase took on stderr")
@@ -236,5 +246,9 @@ def check_selection(ap: argparse.ArgumentParser, args: argparse.Namespace) -> No
             pci.parse_spec(spec)
         except pci.BadPciAddress as exc:
             ap.error(str(exc))
+    if args.flight is not None and not 1 <= args.flight <= 1 << 24:
+        ap.error("--flight N: N records per CPU, 1 to 16777216")
+    if args.flight_region and args.flight is None:
+        ap.error("--flight-region needs --flight")
     if args.buffer_size_kb < 4:
         ap.error("--buffer-size-kb must be at least 4")

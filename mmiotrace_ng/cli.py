@@ -244,6 +244,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {c.name: c for c in (
                _mark_setup, mark),
     Subcommand(RECORD, RECORD_SUMMARY, RECORD_DESCRIPTION, record_setup, record,
                takes_command=True),
+    Subcommand("recover", "after a crash: the flight recorder's last accesses",
+               "Print what the flight recorder (a trace with --flight) kept in reserved "
+               "memory across a crash and the warm reboot: the last accesses of each CPU as "
+               "the tracer's text in time order, MARK lines for the CPU they came from and "
+               "why the machine died (panic, oops, lockup, sysrq-c).  Run it after the "
+               "reboot: the next --flight trace refuses to overwrite a crash's records "
+               "until recover --clear lets them go.",
+               *_lazy("tracer.recover")),
     Subcommand("report", "print a recorded trace as the tracer does",
                "Print the trace a file from record (or --raw) holds: the same bytes as a "
                "live run with the same options.",

@@ -11,7 +11,7 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_ABI_VERSION: Final = 6
+MMIOTNG_ABI_VERSION: Final = 7
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
@@ -36,6 +36,19 @@ MMIOTNG_GENL_VERSION: Final = 1
 MMIOTNG_MODE_EMULATE: Final = 0
 MMIOTNG_MODE_SINGLESTEP: Final = 1
 MMIOTNG_MODE_TRAP_ONLY: Final = 2   # benchmarks only (the module's test_modes=1)
+
+# the flight region (struct mmiotng_flight_hdr)
+MMIOTNG_FLIGHT_MAGIC: Final = "MMIOTNGF"
+MMIOTNG_FLIGHT_VERSION: Final = 1
+MMIOTNG_FLIGHT_MAPS: Final = 256
+MMIOTNG_FLIGHT_MSG: Final = 256
+MMIOTNG_FLIGHT_TEXT: Final = 4096
+MMIOTNG_FLIGHT_READ_MAX: Final = 16384
+MMIOTNG_FLIGHT_RECORDING: Final = 1
+MMIOTNG_FLIGHT_STOPPED: Final = 2
+MMIOTNG_FLIGHT_CRASHED: Final = 3
+MMIOTNG_FLIGHT_PANIC: Final = 1
+MMIOTNG_FLIGHT_OOPS: Final = 2
 
 
 class Op(IntEnum):
@@ -72,6 +85,8 @@ class MmiotngCmd(IntEnum):
     MMIOTNG_CMD_STATUS = 5
     MMIOTNG_CMD_SET_MODE = 6
     MMIOTNG_CMD_NEW_DEVICES = 7
+    MMIOTNG_CMD_FLIGHT_START = 8
+    MMIOTNG_CMD_FLIGHT_READ = 9
 
 
 class MmiotngAttr(IntEnum):
@@ -97,7 +112,12 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_STAT_PROBES_OFF = 17
     MMIOTNG_A_STAT_MISSED = 18
     MMIOTNG_A_STAT_SPARE_BYTES = 19
-    MMIOTNG_A_PAD = 20
+    MMIOTNG_A_RECS = 20
+    MMIOTNG_A_OFFSET = 21
+    MMIOTNG_A_TEXT = 22
+    MMIOTNG_A_FLIGHT_DATA = 23
+    MMIOTNG_A_STAT_FLIGHT_RECS = 24
+    MMIOTNG_A_PAD = 25
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -127,6 +147,11 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_STAT_PROBES_OFF: "uint32",
     MmiotngAttr.MMIOTNG_A_STAT_MISSED: "uint64",
     MmiotngAttr.MMIOTNG_A_STAT_SPARE_BYTES: "uint64",
+    MmiotngAttr.MMIOTNG_A_RECS: "uint32",
+    MmiotngAttr.MMIOTNG_A_OFFSET: "uint64",
+    MmiotngAttr.MMIOTNG_A_TEXT: "asciiz",
+    MmiotngAttr.MMIOTNG_A_FLIGHT_DATA: "cdata",
+    MmiotngAttr.MMIOTNG_A_STAT_FLIGHT_RECS: "uint64",
     MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 
@@ -164,12 +189,68 @@ class MmiotngMap(ctypes.Structure):
     ]
 
 
+class MmiotngFlightHdr(ctypes.Structure):
+    """struct mmiotng_flight_hdr: the start of the flight region."""
+
+    _fields_ = [
+        ("magic", ctypes.c_uint8 * 8),
+        ("version", ctypes.c_uint32),
+        ("state", ctypes.c_uint32),
+        ("cpus", ctypes.c_uint32),
+        ("recs", ctypes.c_uint32),
+        ("rec_bytes", ctypes.c_uint32),
+        ("maps", ctypes.c_uint32),
+        ("maps_off", ctypes.c_uint64),
+        ("recs_off", ctypes.c_uint64),
+        ("start_ns", ctypes.c_uint64),
+        ("start_real_ns", ctypes.c_uint64),
+        ("crash_ns", ctypes.c_uint64),
+        ("reason", ctypes.c_uint32),
+        ("crash_cpu", ctypes.c_int32),
+        ("panicked", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("message", ctypes.c_char * MMIOTNG_FLIGHT_MSG),
+        ("text", ctypes.c_char * MMIOTNG_FLIGHT_TEXT),
+    ]
+
+
+class MmiotngFlightMap(ctypes.Structure):
+    """struct mmiotng_flight_map: a mapping in the flight region's table."""
+
+    _fields_ = [
+        ("seq", ctypes.c_uint64),
+        ("virt", ctypes.c_uint64),
+        ("phys", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+    ]
+
+
+class MmiotngFlightRec(ctypes.Structure):
+    """struct mmiotng_flight_rec: an access in a CPU's flight ring."""
+
+    _fields_ = [
+        ("seq", ctypes.c_uint64),
+        ("ts_ns", ctypes.c_uint64),
+        ("map_virt", ctypes.c_uint64),
+        ("phys", ctypes.c_uint64),
+        ("value", ctypes.c_uint64),
+        ("ip", ctypes.c_uint64),
+        ("width", ctypes.c_uint8),
+        ("op", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 5),
+    ]
+
+
 # C name -> mirror, for tests/unit/test_abi.py (every struct/enum of the header).
 # Module constants named MMIOTNG_* are mirrors of the header's #defines/enum members.
 C_PREFIX: Final = "MMIOTNG_"
 C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "mmiotng_access": MmiotngAccess,
     "mmiotng_map": MmiotngMap,
+    "mmiotng_flight_hdr": MmiotngFlightHdr,
+    "mmiotng_flight_map": MmiotngFlightMap,
+    "mmiotng_flight_rec": MmiotngFlightRec,
 }
 C_ENUMS: Final[dict[str, type[IntEnum]]] = {
     "mmiotng_cmd": MmiotngCmd,

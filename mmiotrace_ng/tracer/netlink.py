@@ -113,6 +113,7 @@ class Status(NamedTuple):
     probes_off: int    # 1: kprobes are disabled, the helper traces nothing
     missed: int        # ioremap/iounmap calls its probes missed (said in the trace)
     spare_bytes: int   # bytes the mappings kept ready for new ioremaps take
+    flight_recs: int = 0   # flight records kept per CPU (0: the flight recorder is off)
 
 
 class HelperSocket:
@@ -171,6 +172,20 @@ class HelperSocket:
         """Trace every PCI device a driver binds to from now on (--all)."""
         self._request(MmiotngCmd.MMIOTNG_CMD_NEW_DEVICES, {})
 
+    def flight_start(self, phys: int, size: int, recs: int, text: str) -> None:
+        """Keep the last recs accesses of each CPU in that reserved memory."""
+        self._request(MmiotngCmd.MMIOTNG_CMD_FLIGHT_START,
+                      {"MMIOTNG_A_PHYS": phys, "MMIOTNG_A_SIZE": size,
+                       "MMIOTNG_A_RECS": recs, "MMIOTNG_A_TEXT": text})
+
+    def flight_read(self, phys: int, size: int, offset: int) -> bytes:
+        """Bytes of the flight region from offset (at most MMIOTNG_FLIGHT_READ_MAX)."""
+        reply = self._request(MmiotngCmd.MMIOTNG_CMD_FLIGHT_READ,
+                              {"MMIOTNG_A_PHYS": phys, "MMIOTNG_A_SIZE": size,
+                               "MMIOTNG_A_OFFSET": offset})
+        msg = next(m for m in reply if m.get("cmd") == MmiotngCmd.MMIOTNG_CMD_FLIGHT_READ)
+        return bytes(msg.get_attr("MMIOTNG_A_FLIGHT_DATA") or b"")
+
     def status(self) -> Status:
         reply = self._request(MmiotngCmd.MMIOTNG_CMD_STATUS, {})
         msg = next(m for m in reply if m.get("cmd") == MmiotngCmd.MMIOTNG_CMD_STATUS)
@@ -181,4 +196,5 @@ class HelperSocket:
         return Status(get("ARMED_PAGES"), get("MAPPINGS"), get("FILTERS"), get("FAULTS"),
                       get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"),
                       get("REFUSED"), get("RETRIED"), get("ABI_VERSION"), get("STALE"),
-                      get("PROBES_OFF"), get("MISSED"), get("SPARE_BYTES"))
+                      get("PROBES_OFF"), get("MISSED"), get("SPARE_BYTES"),
+                      get("FLIGHT_RECS"))

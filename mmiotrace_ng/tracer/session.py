@@ -179,8 +179,12 @@ class Session:
                 notes += dma if self.args.dma else []
             for note in notes:
                 print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
+        header = stream_header(Path("/proc/bus/pci/devices").read_text())
+        PHASES.done("stream header")
         try:
             self.helper = HelperSocket()
+            if getattr(self.args, "flight", None):
+                self.start_flight(header)
             if self.args.all:
                 # first: a device bound while the filters below go in is seen
                 self.helper.trace_new_devices()
@@ -201,8 +205,6 @@ class Session:
                 raise UsageError(f"{PROBES_OFF}; enable them: echo 1 > "
                                  "/sys/kernel/debug/kprobes/enabled") from exc
             raise UsageError(f"the helper refused: {exc}") from exc
-        header = stream_header(Path("/proc/bus/pci/devices").read_text())
-        PHASES.done("stream header")
         if not self.args.histogram and not self.record:
             self.write(header)
         if self.raw:
@@ -223,6 +225,33 @@ class Session:
                     # the ioremap probe; EPERM: the helper's own mapping
                     self.helper.arm_existing(m.virt, m.size, m.phys)
             PHASES.done("mappings made before the start (vmallocinfo)")
+
+    def start_flight(self, header: str) -> None:
+        """--flight: the helper keeps the last accesses in the reserved region,
+        unless it holds a crash's records no one recovered yet."""
+        from . import flight
+        from .netlink import HelperError
+
+        assert self.helper is not None
+        where = flight.region(self.args.flight_region, Path("/proc/cmdline").read_text())
+        try:
+            old = flight.parse(flight.read_region(self.helper, where))
+        except flight.FlightError:
+            old = None
+        except HelperError as exc:
+            raise UsageError(f"--flight: the region {where}: {exc}") from exc
+        if old is not None and old.crashed:
+            raise UsageError(f"the flight region {where} holds the records of a crash "
+                             f"({old.why()}): run 'mmiotrace-ng recover' first (recover "
+                             "--clear lets them go)")
+        try:
+            self.helper.flight_start(where.addr, where.size, self.args.flight, header)
+        except HelperError as exc:
+            raise UsageError(f"--flight: the region {where}: {exc}") from exc
+        kept = self.helper.status().flight_recs
+        note = "" if kept >= self.args.flight else f" (only {kept} fit in {where.size} bytes)"
+        print(f"mmiotrace-ng: flight recorder: the last {kept} accesses of each CPU kept in "
+              f"{where}{note}", file=sys.stderr, flush=True)
 
     def pump(self, timeout_ms: int) -> None:
         """Print what the ring buffer holds (at most BATCH records), waiting

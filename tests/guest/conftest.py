@@ -79,13 +79,16 @@ def pytest_collection_modifyitems(config, items):
         _deselect(config, items, [item for item in items if part[Path(item.path).name] != k])
     if IN_GUEST:
         # the boots that enforce module signatures (module.sig_enforce=1,
-        # lockdown=integrity) run their tests and no other
+        # lockdown=integrity) and the flight recorder's (ngvm.flight=1, which
+        # dies on purpose: tests/guest/flight_boot.py) run their tests and no other
         cmdline = Path("/proc/cmdline").read_text().split()
         boot = ("lockdown_boot" if "module.sig_enforce=1" in cmdline else
-                "integrity_boot" if "lockdown=integrity" in cmdline else None)
+                "integrity_boot" if "lockdown=integrity" in cmdline else
+                "flight_boot" if "ngvm.flight=1" in cmdline else None)
         _deselect(config, items, [item for item in items
                                   if any((item.get_closest_marker(m) is not None) != (m == boot)
-                                         for m in ("lockdown_boot", "integrity_boot"))])
+                                         for m in ("lockdown_boot", "integrity_boot",
+                                                   "flight_boot"))])
         # the kernel is tainted after an oops: those tests come last
         items.sort(key=lambda item: item.get_closest_marker("oops") is not None)
         return

@@ -27,6 +27,7 @@ SECONDS = {
     "test_diff.py": 119,
     "test_engine_safety.py": 335,
     "test_fields.py": 35,
+    "test_flight.py": 0,               # its boot only
     "test_helper_version.py": 27,
     "test_histogram.py": 19,
     "test_install.py": 110,

@@ -63,7 +63,7 @@ def strip_comments(text: str) -> str:
 
 ATTR_LIST = re.compile(r"^#define\s+MMIOTNG_ATTRS\(X\)((?:.*\\\n)*.*)$", re.MULTILINE)
 ATTR_ENTRY = re.compile(r"\bX\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
-NL_TYPES = {"U32": "uint32", "U64": "uint64"}
+NL_TYPES = {"U32": "uint32", "U64": "uint64", "STRING": "asciiz", "BINARY": "cdata"}
 
 
 def attr_list(text: str) -> list[tuple[str, str, str]]:
@@ -288,13 +288,14 @@ def test_headers_parsed_completely() -> None:
     assert rec.enums["ng_config"][-1] == "NG_CONFIG_SLOTS"
     assert {"NG_MARK_MAX", "NG_INSN_BYTES"} <= set(rec.defines)
     kmod = parse_header(ABI_H.read_text())
-    assert set(kmod.structs) == {"mmiotng_access", "mmiotng_map"}
+    assert set(kmod.structs) == {"mmiotng_access", "mmiotng_map", "mmiotng_flight_hdr",
+                                 "mmiotng_flight_map", "mmiotng_flight_rec"}
     assert set(kmod.enums) == {"mmiotng_cmd", "mmiotng_attr"}
     assert kmod.defines["MMIOTNG_GENL_NAME"] == '"mmiotrace_ng"'
     assert "MMIOTNG_A_MAX" in kmod.defines
     attrs = attr_list(ABI_H.read_text())
-    assert len(attrs) == 19 and attrs[0] == ("PHYS", "U64", "REQ")
-    assert attrs[-1] == ("STAT_SPARE_BYTES", "U64", "REPLY")
+    assert len(attrs) == 24 and attrs[0] == ("PHYS", "U64", "REQ")
+    assert attrs[-1] == ("STAT_FLIGHT_RECS", "U64", "REPLY")
     assert {d for _n, _t, d in attrs} == {"REQ", "REPLY"}
     assert kmod.enums["mmiotng_attr"][:2] == ["MMIOTNG_A_UNSPEC", "MMIOTNG_A_PHYS"]
     assert kmod.enums["mmiotng_attr"][-2:] == ["MMIOTNG_A_PAD", "__MMIOTNG_A_MAX"]

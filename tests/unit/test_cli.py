@@ -104,6 +104,7 @@ SUBCOMMAND_LINES = {
     "install-helper": "install the helper module with DKMS",
     "mark": "write TEXT into the running trace as a MARK line",
     "record": "trace into a binary file, report it later",
+    "recover": "after a crash: the flight recorder's last accesses",
     "report": "print a recorded trace as the tracer does",
     "check": "whether this machine can trace (what is missing)",
     "completion": "a bash completion script for mmiotrace-ng",
@@ -163,17 +164,33 @@ def test_the_trace_parses_the_same_options():
         "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
         "no_existing": True, "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
-        "histogram": False, "interval": None, "irq": False, "dma": False}
+        "histogram": False, "interval": None, "irq": False, "dma": False,
+        "flight": None, "flight_region": None}
     assert vars(arguments.parse_args(["--all"])) == {
         "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None,
-        "irq": False, "dma": False}
+        "irq": False, "dma": False, "flight": None, "flight_region": None}
     assert vars(arguments.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
         "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0,
-        "irq": False, "dma": False}
+        "irq": False, "dma": False, "flight": None, "flight_region": None}
+    # --flight alone keeps 4096 per CPU; N and the region as given
+    assert arguments.parse_args(["--pci", "1:0.0", "--flight"]).flight == 4096
+    args = arguments.parse_args(["--pci", "1:0.0", "--flight", "64", "--flight-region",
+                                 "2M@0x60000000", "--", "true"])
+    assert (args.flight, args.flight_region, args.cmd) == (64, "2M@0x60000000", ["true"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--pci", "1:0.0", "--flight", "0"], "--flight N: N records per CPU"),
+    (["--pci", "1:0.0", "--flight-region", "2M@0x6000000"], "--flight-region needs --flight"),
+])
+def test_flight_option_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        arguments.parse_args(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,message", [

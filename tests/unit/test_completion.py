@@ -34,7 +34,8 @@ def bash():
 
 def test_commands_and_the_traces_options(tmp_path):
     assert complete(tmp_path, "di") == ["diff"]
-    assert complete(tmp_path, "re") == ["record", "replay", "report"]    # render is not listed
+    # render is not listed
+    assert complete(tmp_path, "re") == ["record", "recover", "replay", "report"]
     assert complete(tmp_path, "--p") == ["--pc", "--pci", "--pid"]
 
 

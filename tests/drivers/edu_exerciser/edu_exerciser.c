@@ -2002,6 +2002,63 @@ static int edu_move_bar0_back(struct edu_ex *ex)
 	return ret;
 }
 
+/*
+ * The machine dies on purpose, after COUNT writes of EDU_CRASH_BASE + i to
+ * the liveness register (the flight recorder's tests): "panic COUNT" calls
+ * panic(), "oops COUNT" stores through a NULL pointer, "lockup COUNT"
+ * spins with interrupts off until a watchdog (or the RCU stall detector
+ * with kernel.panic_on_rcu_stall) panics.  Root only (0200), and only
+ * after edu_exerciser.allow_crash=1.
+ */
+#define EDU_CRASH_BASE	0xf1000000u
+
+/* a pointer the compiler cannot prove NULL: the oops is a real fault */
+unsigned long edu_crash_null;
+
+static bool edu_allow_crash;
+module_param_named(allow_crash, edu_allow_crash, bool, 0600);
+MODULE_PARM_DESC(allow_crash, "let the crash file kill the machine (tests)");
+
+static ssize_t edu_crash_write(struct file *file, const char __user *ubuf,
+			       size_t len, loff_t *ppos)
+{
+	struct edu_ex *ex = file->private_data;
+	void __iomem *base;
+	char cmd[32], how[16];
+	unsigned int count, i;
+	int ret;
+
+	if (!edu_allow_crash)
+		return -EPERM;
+	ret = edu_copy_cmd(cmd, sizeof(cmd), ubuf, len);
+	if (ret)
+		return ret;
+	if (sscanf(cmd, "%15s %u", how, &count) != 2 || count > 1000000)
+		return -EINVAL;
+	if (strcmp(how, "panic") && strcmp(how, "oops") && strcmp(how, "lockup"))
+		return -EINVAL;
+	base = edu_map(ex);
+	if (!base)
+		return -ENOMEM;
+	for (i = 0; i < count; i++)
+		writel(EDU_CRASH_BASE + i, base + EDU_REG_LIVE);
+	if (!strcmp(how, "panic"))
+		panic("edu_exerciser: panic after %u writes", count);
+	if (!strcmp(how, "oops"))
+		*(volatile unsigned int *)(unsigned long)edu_crash_null = count;
+	local_irq_disable();
+	for (;;)
+		cpu_relax();
+	return len;
+}
+
+static const struct file_operations edu_crash_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = edu_crash_write,
+	.llseek = noop_llseek,
+};
+
 static ssize_t edu_hold_write(struct file *file, const char __user *ubuf,
 			      size_t len, loff_t *ppos)
 {
@@ -2422,6 +2479,11 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_debugfs;
 	}
 	file = debugfs_create_file("hold", 0600, ex->dir, ex, &edu_hold_fops);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_debugfs;
+	}
+	file = debugfs_create_file("crash", 0200, ex->dir, ex, &edu_crash_fops);
 	if (IS_ERR(file)) {
 		ret = PTR_ERR(file);
 		goto err_debugfs;

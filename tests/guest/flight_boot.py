@@ -1,0 +1,115 @@
+"""The flight recorder's boot: one guest that dies several times on purpose.
+
+tests/run boots a guest with reserved memory for the flight recorder
+(memmap=) and for ramoops, and lets it reboot within the same QEMU (RAM is
+kept across the reset).  This script runs at every boot:
+
+1. After a crash, it saves what `mmiotrace-ng recover` says (the text, a
+   recording, its stderr) and what ramoops kept of the dying kernel's log,
+   then lets the records go (recover --clear).
+2. It runs the next crash: the tracer with --flight, the exerciser's
+   COUNT writes of known values pinned to CPU 1, then the death: panic(),
+   an oops (and a reboot by sysrq-b, as a user would), interrupts off for
+   ever (the RCU stall detector panics).
+3. When every crash has been recovered, it runs tests/guest/test_flight.py
+   over what was saved, and its exit status is the guest's.
+
+State between boots: tests/artifacts/flight/next (the checkout's 9p share
+writes through to the host before the crash).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from kernel_tracer import find_pci_device  # noqa: E402
+from ng_tracer import ARTIFACTS, NG, NgTracer  # noqa: E402
+
+CRASHES = ["panic", "oops", "lockup"]
+COUNT = 5000            # writes before each death: more than the ring keeps
+RECS = 4096             # --flight N
+CPU = 1                 # where the writes run
+FLIGHT = ARTIFACTS / "flight"
+NEXT = FLIGHT / "next"
+EXERCISER_KO = HERE.parent / "drivers" / "edu_exerciser" / "edu_exerciser.ko"
+DEBUGFS = Path("/sys/kernel/debug/edu_exerciser")
+
+
+def log(msg: str) -> None:
+    print(f"flight_boot: {msg}", file=sys.stderr, flush=True)
+
+
+def sh(*cmd: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), check=False, capture_output=True, text=True, **kw)
+
+
+def save_recovered(name: str) -> None:
+    """What recover says of the last crash, and ramoops' copy of its log."""
+    txt = sh(*NG, "recover", "-o", str(FLIGHT / f"{name}.rec"), "--clear")
+    (FLIGHT / f"{name}.txt").write_text(txt.stdout)
+    (FLIGHT / f"{name}.err").write_text(f"exit {txt.returncode}\n{txt.stderr}")
+    pstore = Path("/sys/fs/pstore")
+    sh("mount", "-t", "pstore", "pstore", str(pstore))
+    dumps = sorted(pstore.glob("dmesg-ramoops-*"))
+    (FLIGHT / f"{name}.pstore").write_text(
+        "".join(p.read_text(errors="replace") for p in dumps))
+    for p in pstore.iterdir():
+        p.unlink(missing_ok=True)       # ramoops' records of this crash go
+    log(f"{name}: recover exit {txt.returncode}, {len(txt.stdout.splitlines())} lines, "
+        f"{len(dumps)} ramoops dumps")
+
+
+def write_crash(how: str) -> subprocess.Popen:
+    """The exerciser's writes and death, on CPU, from a process of its own."""
+    return subprocess.Popen(["taskset", "-c", str(CPU), "sh", "-c",
+                             f"echo '{how} {COUNT}' > {DEBUGFS}/crash"])
+
+
+def crash(name: str) -> None:
+    dev = find_pci_device(0x1234, 0x11E8)
+    if dev is None:
+        raise SystemExit("flight_boot: no edu device")
+    sh("rmmod", "edu_exerciser")
+    res = sh("insmod", str(EXERCISER_KO), "allow_crash=1")
+    if res.returncode:
+        raise SystemExit(f"flight_boot: insmod: {res.stderr}")
+    tracer = NgTracer(["--pci", dev.name, "--flight", str(RECS)], f"flight-{name}").start()
+    log(f"{name}: tracing {dev.name}, the machine dies now")
+    sh("sync")
+    if name == "lockup":
+        Path("/proc/sys/kernel/panic_on_rcu_stall").write_text("1\n")
+        Path("/sys/module/rcupdate/parameters/rcu_cpu_stall_timeout").write_text("3\n")
+    proc = write_crash(name)
+    proc.wait(timeout=600)          # the oops kills the writer; the others never return
+    time.sleep(2)
+    log(f"{name}: the writer ended ({proc.returncode}): reboot as a user would (sysrq-b)")
+    Path("/proc/sysrq-trigger").write_text("b\n")
+    time.sleep(600)
+    tracer.proc.kill()
+    raise SystemExit(f"flight_boot: {name}: the machine lived on")
+
+
+def main() -> int:
+    FLIGHT.mkdir(parents=True, exist_ok=True)
+    step = int(NEXT.read_text()) if NEXT.exists() else 0
+    sh("modprobe", "ramoops")
+    if step:
+        save_recovered(CRASHES[step - 1])
+    if step < len(CRASHES):
+        NEXT.write_text(f"{step + 1}\n")
+        os.sync()
+        crash(CRASHES[step])
+    NEXT.unlink()
+    return subprocess.run([sys.executable, "-m", "pytest", *sys.argv[1:],
+                           str(HERE / "test_flight.py")], check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
