@@ -14,8 +14,9 @@ kept across the reset).  This script runs at every boot:
 3. When every crash has been recovered, it runs tests/guest/test_flight.py
    over what was saved, and its exit status is the guest's.
 
-State between boots: tests/artifacts/flight/next (the checkout's 9p share
-writes through to the host before the crash).
+State between boots: tests/artifacts/flight/next, the next step (and the
+checks' status once they ran: a reset after them repeats it); the checkout's
+9p share writes through to the host before the crash.
 """
 
 from __future__ import annotations
@@ -98,17 +99,20 @@ def crash(name: str) -> None:
 
 def main() -> int:
     FLIGHT.mkdir(parents=True, exist_ok=True)
-    step = int(NEXT.read_text()) if NEXT.exists() else 0
+    step = int(NEXT.read_text().split()[0]) if NEXT.exists() else 0
     sh("modprobe", "ramoops")
-    if step:
+    if 0 < step <= len(CRASHES):
         save_recovered(CRASHES[step - 1])
     if step < len(CRASHES):
         NEXT.write_text(f"{step + 1}\n")
         os.sync()
         crash(CRASHES[step])
-    NEXT.unlink()
-    return subprocess.run([sys.executable, "-m", "pytest", *sys.argv[1:],
-                           str(HERE / "test_flight.py")], check=False).returncode
+    if step > len(CRASHES):     # a reset after the checks ran: their status stands
+        return int(NEXT.read_text().split()[1])
+    rc = subprocess.run([sys.executable, "-m", "pytest", *sys.argv[1:],
+                         str(HERE / "test_flight.py")], check=False).returncode
+    NEXT.write_text(f"{step + 1} {rc}\n")
+    return rc
 
 
 if __name__ == "__main__":
