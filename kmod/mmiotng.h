@@ -16,6 +16,7 @@
  *   mmiotng_nl.c      the generic-netlink transport of the session commands
  *   mmiotng_hooks.c   trace_marker and the kernel's own mmiotrace
  *   mmiotng_flight.c  the flight recorder: the last accesses in reserved memory
+ *   mmiotng_sync.c    --sync: an access waits for its record to be written
  *   mmiotng_main.c    module init and exit
  *
  * Locking, for the whole module (each file repeats what concerns it):
@@ -149,6 +150,7 @@ struct ng_stats {
 	u64 refused;
 	u64 retried;
 	u64 stale;	/* armed entries found changed at disarm, left alone */
+	u64 sync_late;	/* --sync: accesses that waited NG_SYNC_WAIT in vain */
 };
 
 DECLARE_PER_CPU(struct ng_stats, ng_stats);
@@ -339,6 +341,13 @@ u32 ng_flight_recs(void);
 int ng_flight_read(phys_addr_t phys, u64 size, u64 off, void *buf, size_t len);
 void ng_flight_access(const struct mmiotng_access *a);
 void ng_flight_map(unsigned long virt, phys_addr_t phys, unsigned long size);
+
+void ng_sync_stamp(struct mmiotng_access *acc);
+bool ng_sync_pending(void);
+u64 ng_sync_take(int *cpu);
+void ng_sync_wait(int cpu, u64 ts);
+int ng_sync_ack(u32 cpu, u64 ts);
+void ng_sync_stop(void);
 
 int ng_nl_init(void);
 void ng_nl_exit(void);

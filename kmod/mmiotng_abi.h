@@ -101,6 +101,8 @@ enum mmiotng_cmd {
 	MMIOTNG_CMD_FLIGHT_START,
 	/* PHYS, SIZE, OFFSET: reply FLIGHT_DATA, the region's bytes from OFFSET */
 	MMIOTNG_CMD_FLIGHT_READ,
+	/* CPU, SYNC_NS: its records stamped up to then are written (the first: --sync on) */
+	MMIOTNG_CMD_SYNC,
 	__MMIOTNG_CMD_MAX,
 };
 
@@ -139,7 +141,10 @@ enum mmiotng_cmd {
 	X(OFFSET, U64, REQ)		/* bytes into the flight region */ \
 	X(TEXT, STRING, REQ)		/* the trace's header, for recover */ \
 	X(FLIGHT_DATA, BINARY, REPLY)	/* FLIGHT_READ's bytes */	\
-	X(STAT_FLIGHT_RECS, U64, REPLY)	/* flight records kept per CPU, 0: off */
+	X(STAT_FLIGHT_RECS, U64, REPLY)	/* flight records kept per CPU, 0: off */ \
+	X(SYNC_NS, U64, REQ)		/* --sync: written up to this stamp */ \
+	X(CPU, U32, REQ)		/* --sync: of this CPU's records */ \
+	X(STAT_SYNC_LATE, U64, REPLY)	/* --sync: waits that timed out */
 
 #define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
 
@@ -182,6 +187,11 @@ enum mmiotng_attr {
 #define MMIOTNG_FLIGHT_MSG	256	/* the crash's words */
 #define MMIOTNG_FLIGHT_TEXT	4096	/* the trace's header text */
 #define MMIOTNG_FLIGHT_READ_MAX	16384	/* bytes in one FLIGHT_READ reply */
+/*
+ * Records per CPU at least: contexts nested on one CPU each write a few
+ * while the one below holds its slot, which the ring must not come round to.
+ */
+#define MMIOTNG_FLIGHT_MIN_RECS	16
 
 /* mmiotng_flight_hdr.state */
 #define MMIOTNG_FLIGHT_RECORDING	1

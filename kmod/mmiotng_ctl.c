@@ -87,6 +87,7 @@ bool ng_session_release(u32 portid, const struct net *net)
 	if (atomic_read(&ng_state) != NG_TRACER || ng_owner != portid ||
 	    !net_eq(ng_owner_net, net))
 		return false;
+	ng_sync_stop();		/* first: no task waits for a tracer that is gone */
 	ng_disarm_all();
 	ng_flight_stop();
 	ng_owner = 0;
@@ -212,5 +213,6 @@ void ng_get_stats(struct ng_stats *sum)
 		sum->refused += s->refused;
 		sum->retried += s->retried;
 		sum->stale += s->stale;
+		sum->sync_late += s->sync_late;
 	}
 }

@@ -138,6 +138,8 @@ static void ng_io_write(void __iomem *io, unsigned int width, u64 val)
 
 static void ng_emit(struct ng_emu_ctx *c)
 {
+	if (!ng_level())
+		ng_sync_stamp(&c->acc);	/* --sync */
 	ng_report(&c->acc);
 	c->pending = false;
 }
@@ -361,7 +363,7 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	/* c.acc is written whole by ng_describe() before any use: not zeroed */
 	struct ng_emu_ctx c __uninitialized;
 	struct ng_user_page *u;
-	int ret;
+	int ret, cpu;
 
 	c.regs = regs;
 	c.bytes = bytes;
@@ -385,10 +387,25 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	 * A partial rep resumes when the instruction faults again; in between,
 	 * a task that is due to give the CPU up does (ng_fault_yield).
 	 */
-	if (ret == NG_EMU_PARTIAL && need_resched() && ng_may_yield_here(regs))
-		return NG_YIELD;
-	if (ret == 0 || ret == NG_EMU_PARTIAL)
+	if (ret == 0 || ret == NG_EMU_PARTIAL) {
+		/*
+		 * --sync: a task waits there for its record to be written once
+		 * the instruction is done (the last element's record is the
+		 * newest of its CPU): level 0 only, whose stamp this is.
+		 */
+		bool wait = ret == 0 && !ng_level() && ng_sync_pending();
+
+		if (ret == NG_EMU_PARTIAL && !ng_level())
+			ng_sync_take(&cpu);	/* a later chunk's stamp will do */
+		if ((wait || (ret == NG_EMU_PARTIAL && need_resched())) &&
+		    ng_may_yield_here(regs))
+			return NG_YIELD;
+		if (wait)
+			ng_sync_take(&cpu);	/* it cannot wait here */
 		return NG_EMULATED;
+	}
+	if (!ng_level())
+		ng_sync_take(&cpu);	/* stepped or faulted in: no wait for its records */
 	if (!c.user_len)
 		return NG_MUST_STEP;
 	/* the elements done so far stay done: registers say where it stopped */
@@ -790,7 +807,8 @@ static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_cod
 }
 
 /*
- * Runs in place of bad_area_nosemaphore() between two chunks of a rep
+ * Runs in place of bad_area_nosemaphore() after an access that waits for
+ * its record (--sync, mmiotng_sync.c), or between two chunks of a rep
  * movs/stos (rep_chunk elements each) when the task is due to give the
  * CPU up: on a kernel that does not preempt kernel code, a blit that takes
  * seconds under the trap would otherwise keep the reader, softirqs and
@@ -800,9 +818,15 @@ static noinline void ng_fault_user(struct pt_regs *regs, unsigned long error_cod
 static noinline void ng_fault_yield(struct pt_regs *regs, unsigned long error_code,
 				    unsigned long address)
 {
+	int cpu;
+	u64 ts = ng_sync_take(&cpu);	/* this CPU's: interrupts are still off */
+
 	if (ng_may_yield(regs)) {
 		local_irq_enable();
-		cond_resched();
+		if (ts)
+			ng_sync_wait(cpu, ts);
+		else
+			cond_resched();
 		local_irq_disable();
 	}
 	atomic_dec(&ng_user_inflight);

@@ -47,6 +47,7 @@
 #include <linux/panic_notifier.h>
 #include <linux/printk.h>
 #include <linux/ptrace.h>
+#include <linux/security.h>
 #include <linux/string.h>
 #include <linux/timekeeping.h>
 #include <asm/local.h>
@@ -86,16 +87,18 @@ void ng_flight_access(const struct mmiotng_access *a)
 {
 	struct mmiotng_flight_rec *r;
 	struct ng_flight *f;
+	local_t *next;
 	u64 n;
 
 	rcu_read_lock_sched_notrace();
 	f = rcu_dereference_sched(ng_flight);
 	if (!f)
 		goto out;
-	n = local_inc_return(this_cpu_ptr(&ng_flight_next));
+	next = this_cpu_ptr(&ng_flight_next);
+	n = local_inc_return(next);
 	r = ng_flight_slot(f, smp_processor_id(), n - 1);
 	WRITE_ONCE(r->seq, 0);
-	barrier();
+	wmb();		/* WC: stores reach memory in any order but across a fence */
 	r->ts_ns = a->ts_ns ? a->ts_ns : ktime_get_mono_fast_ns();
 	r->map_virt = a->map_virt;
 	r->phys = a->phys;
@@ -104,8 +107,10 @@ void ng_flight_access(const struct mmiotng_access *a)
 	r->width = a->width;
 	r->op = a->op;
 	r->flags = a->flags;
-	barrier();
-	WRITE_ONCE(r->seq, n);
+	wmb();		/* the record whole before its seq says so */
+	/* contexts on top of this one went round the whole ring meanwhile */
+	if (local_read(next) - n < f->nrecs)
+		WRITE_ONCE(r->seq, n);
 out:
 	rcu_read_unlock_sched_notrace();
 }
@@ -123,19 +128,25 @@ void ng_flight_map(unsigned long virt, phys_addr_t phys, unsigned long size)
 		n = atomic64_inc_return(&ng_flight_map_next);
 		m = &f->maps[(n - 1) % MMIOTNG_FLIGHT_MAPS];
 		WRITE_ONCE(m->seq, 0);
-		smp_wmb();	/* the entry invalid before it changes */
+		wmb();	/* WC memory: the entry invalid before it changes */
 		m->virt = virt;
 		m->phys = phys;
 		m->size = size;
-		smp_wmb();	/* and whole before it is valid again */
+		wmb();	/* and whole before it is valid again */
 		WRITE_ONCE(m->seq, n);
 	}
 	rcu_read_unlock_sched();
 }
 
-/* The region is memory the kernel reserved, in one piece, and not RAM. */
+/*
+ * The region is memory the kernel reserved, in one piece, and not RAM; and
+ * the kernel is not locked down against access to physical memory (the
+ * region could be firmware's reserved memory: /dev/mem's rule).
+ */
 static int ng_flight_check(phys_addr_t phys, u64 size)
 {
+	if (security_locked_down(LOCKDOWN_DEV_MEM))
+		return -EPERM;
 	if (!size || !PAGE_ALIGNED(phys) || !PAGE_ALIGNED(size) || phys + size < phys)
 		return -EINVAL;
 	if (region_intersects(phys, size, IORESOURCE_SYSTEM_RAM, IORES_DESC_NONE) !=
@@ -176,7 +187,7 @@ int ng_flight_start(phys_addr_t phys, u64 size, u32 want, const char *text)
 	lockdep_assert_held(&ng_mutex);
 	if (rcu_access_pointer(ng_flight))
 		return -EBUSY;
-	if (!want)
+	if (want < MMIOTNG_FLIGHT_MIN_RECS)
 		return -EINVAL;
 	ret = ng_flight_check(phys, size);
 	if (ret)
@@ -191,7 +202,7 @@ int ng_flight_start(phys_addr_t phys, u64 size, u32 want, const char *text)
 	}
 	memset(h, 0, size);
 	nrecs = ng_flight_layout(h, size, want);
-	if (!nrecs) {
+	if (nrecs < MMIOTNG_FLIGHT_MIN_RECS) {
 		ret = -ENOSPC;
 		goto err_unmap;
 	}
@@ -273,14 +284,15 @@ int ng_flight_read(phys_addr_t phys, u64 size, u64 off, void *buf, size_t len)
 	ret = ng_flight_check(phys, size);
 	if (ret)
 		return ret;
-	if (f && phys < f->phys + f->size && f->phys < phys + size)
-		return -EBUSY;	/* another mapping type of memory in use */
+	if (!request_mem_region(phys, size, "mmiotng flight recorder"))
+		return -EBUSY;
 	va = memremap(phys + off, len, MEMREMAP_WC);
-	if (!va)
-		return -ENOMEM;
-	memcpy(buf, va, len);
-	memunmap(va);
-	return 0;
+	if (va) {
+		memcpy(buf, va, len);
+		memunmap(va);
+	}
+	release_mem_region(phys, size);
+	return va ? 0 : -ENOMEM;
 }
 
 static const char *ng_flight_op(u8 op)

@@ -90,6 +90,9 @@ err_windows:
 static void __exit ng_exit(void)
 {
 	ng_nl_exit();
+	mutex_lock(&ng_mutex);
+	ng_sync_stop();
+	mutex_unlock(&ng_mutex);
 	ng_flight_exit();
 	ng_pci_exit();
 	ng_hooks_exit();

@@ -179,11 +179,13 @@ static int ng_cmd_flight_start(struct sk_buff *skb, struct genl_info *info)
 			      text ? text : "");
 	kfree(text);
 	if (ret == -EINVAL)
-		GENL_SET_ERR_MSG(info, "not page-aligned reserved memory, or no records");
+		GENL_SET_ERR_MSG(info, "not page-aligned reserved memory, or under 16 records");
 	else if (ret == -EBUSY)
 		GENL_SET_ERR_MSG(info, "the region is in use (ramoops? another session?)");
 	else if (ret == -ENOSPC)
-		GENL_SET_ERR_MSG(info, "the region is too small for one record per CPU");
+		GENL_SET_ERR_MSG(info, "the region is too small for 16 records per CPU");
+	else if (ret == -EPERM)
+		GENL_SET_ERR_MSG(info, "the kernel is locked down: no access to physical memory");
 	return ret;
 }
 
@@ -221,11 +223,32 @@ static int ng_cmd_flight_read(struct sk_buff *skb, struct genl_info *info)
 		if (ret == -EINVAL)
 			GENL_SET_ERR_MSG(info, "not page-aligned reserved memory");
 		else if (ret == -EBUSY)
-			GENL_SET_ERR_MSG(info, "the region overlaps the one being recorded into");
+			GENL_SET_ERR_MSG(info, "the region is in use (ramoops? another session?)");
+		else if (ret == -EPERM)
+			GENL_SET_ERR_MSG(info,
+					 "the kernel is locked down: no access to physical memory");
 		return ret;
 	}
 	genlmsg_end(msg, hdr);
 	return genlmsg_reply(msg, info);
+}
+
+static int ng_cmd_sync(struct sk_buff *skb, struct genl_info *info)
+{
+	bool ok = true;
+	u64 ts = ng_get_u64(info, MMIOTNG_A_SYNC_NS, &ok);
+	int ret;
+
+	if (!ok || !info->attrs[MMIOTNG_A_CPU]) {
+		GENL_SET_ERR_MSG(info, "missing attribute");
+		return -EINVAL;
+	}
+	ret = ng_sync_ack(nla_get_u32(info->attrs[MMIOTNG_A_CPU]), ts);
+	if (ret == -EOPNOTSUPP)
+		GENL_SET_ERR_MSG(info, "no preemption count in this kernel (PREEMPT_COUNT)");
+	else if (ret == -EINVAL)
+		GENL_SET_ERR_MSG(info, "no such CPU");
+	return ret;
 }
 
 static int ng_put_stats(struct sk_buff *msg)
@@ -250,7 +273,9 @@ static int ng_put_stats(struct sk_buff *msg)
 	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_MISSED, ng_probes_missed(), MMIOTNG_A_PAD) ||
 	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_SPARE_BYTES, ng_spare_bytes(),
 				 MMIOTNG_A_PAD) ||
-	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_FLIGHT_RECS, ng_flight_recs(), MMIOTNG_A_PAD);
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_FLIGHT_RECS, ng_flight_recs(),
+				 MMIOTNG_A_PAD) ||
+	       nla_put_u64_64bit(msg, MMIOTNG_A_STAT_SYNC_LATE, st.sync_late, MMIOTNG_A_PAD);
 }
 
 static int ng_cmd_status(struct sk_buff *skb, struct genl_info *info)
@@ -294,6 +319,7 @@ static const struct genl_small_ops ng_ops[] = {
 	NG_OP(MMIOTNG_CMD_NEW_DEVICES, ng_cmd_new_devices, NG_NL_CLAIM),
 	NG_OP(MMIOTNG_CMD_FLIGHT_START, ng_cmd_flight_start, NG_NL_CLAIM),
 	NG_OP(MMIOTNG_CMD_FLIGHT_READ, ng_cmd_flight_read, 0),
+	NG_OP(MMIOTNG_CMD_SYNC, ng_cmd_sync, NG_NL_CLAIM),
 };
 
 static struct genl_family ng_family __ro_after_init = {
@@ -302,6 +328,8 @@ static struct genl_family ng_family __ro_after_init = {
 	.maxattr = MMIOTNG_A_MAX,
 	.policy = ng_policy,
 	.module = THIS_MODULE,
+	/* SYNC must not wait for genl_mutex: ng_mutex serializes the commands */
+	.parallel_ops = true,
 	.pre_doit = ng_pre_doit,
 	.post_doit = ng_post_doit,
 	.small_ops = ng_ops,

@@ -122,6 +122,11 @@ def add_selection_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--flight-region", metavar="SIZE@ADDR",
                     help="the reserved memory for --flight (default: the kernel command "
                          "line's memmap=SIZE$ADDR reservation)")
+    ap.add_argument("--sync", action="store_true",
+                    help="an access waits (up to 1 s) until its record is in the output file "
+                         "and flushed to the disk, for a machine that may die without a trace "
+                         "of it: slow; accesses from atomic contexts (interrupt handlers, "
+                         "spinlocks) do not wait, the next one that can waits for them too")
     ap.add_argument("--helper", metavar="KO", help="helper module to load (default: find or build)")
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="print the time each start-up phase took on stderr")
@@ -208,6 +213,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.output = None      # standard output
     if args.interval is not None and (not args.histogram or args.interval <= 0):
         ap.error("-i SECONDS needs --histogram and a positive number")
+    if args.histogram and args.sync:
+        ap.error("--histogram keeps counts, not records: no --sync with it")
     if args.histogram and (args.raw or args.compat or args.irq or args.dma):
         ap.error("--histogram keeps counts, not records: no --raw, --compat, --irq or --dma "
                  "with it")
@@ -246,8 +253,8 @@ def check_selection(ap: argparse.ArgumentParser, args: argparse.Namespace) -> No
             pci.parse_spec(spec)
         except pci.BadPciAddress as exc:
             ap.error(str(exc))
-    if args.flight is not None and not 1 <= args.flight <= 1 << 24:
-        ap.error("--flight N: N records per CPU, 1 to 16777216")
+    if args.flight is not None and not 16 <= args.flight <= 1 << 24:
+        ap.error("--flight N: N records per CPU, 16 to 16777216")
     if args.flight_region and args.flight is None:
         ap.error("--flight-region needs --flight")
     if args.buffer_size_kb < 4:

@@ -44,6 +44,7 @@ MMIOTNG_FLIGHT_MAPS: Final = 256
 MMIOTNG_FLIGHT_MSG: Final = 256
 MMIOTNG_FLIGHT_TEXT: Final = 4096
 MMIOTNG_FLIGHT_READ_MAX: Final = 16384
+MMIOTNG_FLIGHT_MIN_RECS: Final = 16
 MMIOTNG_FLIGHT_RECORDING: Final = 1
 MMIOTNG_FLIGHT_STOPPED: Final = 2
 MMIOTNG_FLIGHT_CRASHED: Final = 3
@@ -87,6 +88,7 @@ class MmiotngCmd(IntEnum):
     MMIOTNG_CMD_NEW_DEVICES = 7
     MMIOTNG_CMD_FLIGHT_START = 8
     MMIOTNG_CMD_FLIGHT_READ = 9
+    MMIOTNG_CMD_SYNC = 10
 
 
 class MmiotngAttr(IntEnum):
@@ -117,7 +119,10 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_TEXT = 22
     MMIOTNG_A_FLIGHT_DATA = 23
     MMIOTNG_A_STAT_FLIGHT_RECS = 24
-    MMIOTNG_A_PAD = 25
+    MMIOTNG_A_SYNC_NS = 25
+    MMIOTNG_A_CPU = 26
+    MMIOTNG_A_STAT_SYNC_LATE = 27
+    MMIOTNG_A_PAD = 28
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -152,6 +157,9 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_TEXT: "asciiz",
     MmiotngAttr.MMIOTNG_A_FLIGHT_DATA: "cdata",
     MmiotngAttr.MMIOTNG_A_STAT_FLIGHT_RECS: "uint64",
+    MmiotngAttr.MMIOTNG_A_SYNC_NS: "uint64",
+    MmiotngAttr.MMIOTNG_A_CPU: "uint32",
+    MmiotngAttr.MMIOTNG_A_STAT_SYNC_LATE: "uint64",
     MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 

@@ -21,6 +21,7 @@ from ..common.errors import UsageError
 from ..format.abi import (
     MMIOTNG_FLIGHT_CRASHED,
     MMIOTNG_FLIGHT_MAGIC,
+    MMIOTNG_FLIGHT_MIN_RECS,
     MMIOTNG_FLIGHT_OOPS,
     MMIOTNG_FLIGHT_PANIC,
     MMIOTNG_FLIGHT_READ_MAX,
@@ -311,3 +312,4 @@ def header_text(flight: Flight) -> str:
 
 
 READ_CHUNK = MMIOTNG_FLIGHT_READ_MAX
+MIN_RECS = MMIOTNG_FLIGHT_MIN_RECS      # per CPU, the least the helper keeps

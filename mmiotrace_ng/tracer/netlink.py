@@ -114,6 +114,7 @@ class Status(NamedTuple):
     missed: int        # ioremap/iounmap calls its probes missed (said in the trace)
     spare_bytes: int   # bytes the mappings kept ready for new ioremaps take
     flight_recs: int = 0   # flight records kept per CPU (0: the flight recorder is off)
+    sync_late: int = 0     # --sync: accesses that waited for their record in vain (1 s)
 
 
 class HelperSocket:
@@ -186,6 +187,12 @@ class HelperSocket:
         msg = next(m for m in reply if m.get("cmd") == MmiotngCmd.MMIOTNG_CMD_FLIGHT_READ)
         return bytes(msg.get_attr("MMIOTNG_A_FLIGHT_DATA") or b"")
 
+    def sync_ack(self, cpu: int, ts_ns: int) -> None:
+        """--sync: every record of cpu stamped up to ts_ns is written (the
+        first call turns the waiting on)."""
+        self._request(MmiotngCmd.MMIOTNG_CMD_SYNC,
+                      {"MMIOTNG_A_CPU": cpu, "MMIOTNG_A_SYNC_NS": ts_ns})
+
     def status(self) -> Status:
         reply = self._request(MmiotngCmd.MMIOTNG_CMD_STATUS, {})
         msg = next(m for m in reply if m.get("cmd") == MmiotngCmd.MMIOTNG_CMD_STATUS)
@@ -197,4 +204,4 @@ class HelperSocket:
                       get("EMULATED"), get("SINGLESTEPPED"), get("UNKNOWN"), get("OWNER"),
                       get("REFUSED"), get("RETRIED"), get("ABI_VERSION"), get("STALE"),
                       get("PROBES_OFF"), get("MISSED"), get("SPARE_BYTES"),
-                      get("FLIGHT_RECS"))
+                      get("FLIGHT_RECS"), get("SYNC_LATE"))

@@ -49,7 +49,7 @@ def _clear(where: flight.Region) -> None:
 
     try:
         with HelperSocket() as h:
-            h.flight_start(where.addr, where.size, 1, "")
+            h.flight_start(where.addr, where.size, flight.MIN_RECS, "")
             h.disarm_all()
     except HelperError as exc:
         raise UsageError(f"cannot clear the flight region {where}: {exc}") from exc

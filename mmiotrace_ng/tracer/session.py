@@ -27,7 +27,7 @@ from ..common.errors import EXIT_USAGE, UsageError
 from ..common.output import closed_pipe
 from ..common.phases import PHASES
 from ..format.abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
-from ..format.records import NgRecAccess, NgRecType, record_sizes
+from ..format.records import NgRecAccess, NgRecHdr, NgRecType, record_sizes
 from ..format.render import ENCODING, ERRORS, Renderer, lost_line, stream_header
 from . import pci
 from .loader import Probes
@@ -112,6 +112,22 @@ def recording_meta() -> dict:
             "started": time.time(), "argv": sys.argv, "record_sizes": record_sizes()}
 
 
+_HDR = NgRecHdr.ts_ns.offset, NgRecHdr.cpu.offset
+
+
+def newest_stamps(view: memoryview) -> dict[int, int]:
+    """The newest timestamp of each CPU's records at the start of view
+    (--sync: a CPU's records are in the ring in the order of their stamps)."""
+    recs, _ = ringbuf.payloads(view)
+    newest: dict[int, int] = {}
+    for r in recs:
+        if len(r) >= ctypes.sizeof(NgRecHdr):
+            ts = int.from_bytes(r[_HDR[0]:_HDR[0] + 8], "little")
+            cpu = int.from_bytes(r[_HDR[1]:_HDR[1] + 2], "little")
+            newest[cpu] = max(newest.get(cpu, 0), ts)
+    return newest
+
+
 class Session:
     """One tracing run: helper filters, BPF probes, output."""
 
@@ -134,6 +150,7 @@ class Session:
         self.regions: list = []          # --histogram: histogram.Region of each BAR
         self.devices: list[str] = []     # the traced devices' addresses (their interrupts)
         self.syms = None
+        self.sync = getattr(args, "sync", False)
 
     def write(self, text: str) -> None:
         if text:
@@ -197,6 +214,8 @@ class Session:
                         raise
             if self.args.singlestep:
                 self.helper.set_mode(MMIOTNG_MODE_SINGLESTEP)
+            if getattr(self.args, "sync", False):
+                self.helper.sync_ack(0, 0)  # accesses wait for their records from now on
             PHASES.done("helper session (netlink), filters")
         except HelperError as exc:
             if exc.errno == errno.EBUSY:
@@ -321,12 +340,30 @@ class Session:
         self.renderer.untraced.clear()
         if self.raw and used:
             self.to_raw(self.raw.ring, view[:used])
+        newest = newest_stamps(view[:used]) if self.sync else {}
         view.release()
         self.probes.consume(used)   # after the copies: the space is reused
         if text and not self.args.histogram:
             self.write(text)
             self.flush()
+        if newest:
+            self.synced(newest)
         return used > 0
+
+    def synced(self, newest: dict[int, int]) -> None:
+        """--sync: each CPU's records up to its newest stamp are written; on
+        the disk, then the accesses that wait for them go on."""
+        for fh in (self.out, self.raw.fh if self.raw else None):
+            if fh is None:
+                continue
+            try:
+                os.fdatasync(fh.fileno())
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EROFS):   # a pipe, a terminal
+                    raise OutputError(exc) from exc
+        if self.helper is not None:
+            for cpu, ts in sorted(newest.items()):
+                self.helper.sync_ack(cpu, ts)
 
     def helper_stopped(self) -> bool:
         """Whether the helper stopped tracing because kprobes are disabled
@@ -439,7 +476,7 @@ def trace(args: argparse.Namespace) -> int:
         next_table = time.monotonic() + (args.interval or 0)
         next_check = time.monotonic() + HELPER_CHECK_S
         while not session.stop:
-            session.pump(100)
+            session.pump(1 if session.sync else 100)
             if time.monotonic() >= next_check:
                 if session.helper_stopped():
                     status = EXIT_USAGE

@@ -701,6 +701,8 @@ def main() -> int:
     ap.add_argument("--only", metavar="PARTS",
                     help="measure only these (comma-separated: kernel, helper, ng, or "
                          "ng-emulate: ng's default mode timed, no search, no --singlestep; "
+                         "ng-flight: ng's default mode and --flight timed one after the other "
+                         "(boot with memmap=2M$0x60000000); "
                          "experiments: the output is not what tests/bench/run reads)")
     args = ap.parse_args()
     if os.environ.get("NGVM_GUEST") != "1":
@@ -754,6 +756,16 @@ def measure(res: dict, bdf: str, counts: dict[str, int],
         ng_tracer(res, bdf, counts, bursts)
     elif "ng-emulate" in parts:
         ng_tracer(res, bdf, counts, {}, modes=(("ng_emulate", []),))
+    if "ng-flight" in parts:
+        # the flight recorder's cost: the same loops with and without it, one
+        # after the other in this boot (needs memmap=2M$0x60000000 on the
+        # guest's command line)
+        ng_tracer(res, bdf, counts, {}, modes=(("ng_plain", []), ("ng_flight", ["--flight"])))
+        res["flight_ratio"] = {
+            name: round(res["ng_flight"][name]["ns_per_access"]
+                        / res["ng_plain"][name]["ns_per_access"], 3)
+            for name in counts if name in res["ng_flight"] and name in res["ng_plain"]}
+        log(f"--flight / plain, ns per access: {res['flight_ratio']}")
 
 
 def kernel_tracer(res: dict, counts: dict[str, int],

@@ -10,7 +10,9 @@ kept across the reset).  This script runs at every boot:
 2. It runs the next crash: the tracer with --flight, the exerciser's
    COUNT writes of known values pinned to CPU 1, then the death: panic(),
    an oops (and a reboot by sysrq-b, as a user would), interrupts off for
-   ever (the RCU stall detector panics).
+   ever (the RCU stall detector panics).  Last, --sync without the flight
+   recorder: a loop of writes whose machine is killed hard (QEMU quits, and
+   tests/vm/run boots it again in a new one).
 3. When every crash has been recovered, it runs tests/guest/test_flight.py
    over what was saved, and its exit status is the guest's.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,10 +36,15 @@ sys.path.insert(0, str(HERE))
 from kernel_tracer import find_pci_device  # noqa: E402
 from ng_tracer import ARTIFACTS, NG, NgTracer  # noqa: E402
 
-CRASHES = ["panic", "oops", "lockup"]
+# NG_FLIGHT_CRASHES=sync (say) runs some only; NG_SYNC_OPTION= (empty) runs
+# the --sync loop without --sync, which must fail its test (the loop outruns
+# the tracer): experiments only, tests/run sets neither
+CRASHES = os.environ.get("NG_FLIGHT_CRASHES", "panic,oops,lockup,sync").split(",")
+SYNC_OPTION = os.environ.get("NG_SYNC_OPTION", "--sync")
 COUNT = 5000            # writes before each death: more than the ring keeps
 RECS = 4096             # --flight N
 CPU = 1                 # where the writes run
+SYNC_SECONDS = 4        # --sync: how long the loop runs before QEMU quits
 FLIGHT = ARTIFACTS / "flight"
 NEXT = FLIGHT / "next"
 EXERCISER_KO = HERE.parent / "drivers" / "edu_exerciser" / "edu_exerciser.ko"
@@ -73,6 +81,26 @@ def write_crash(how: str) -> subprocess.Popen:
                              f"echo '{how} {COUNT}' > {DEBUGFS}/crash"])
 
 
+def kill_during_loop() -> None:
+    """--sync: a loop of single writes (wval i: i to BAR0 + 0x80), every
+    16th followed by its number in a file, until the machine is killed hard:
+    QEMU quits at once (isa-debug-exit, tests/vm/run --reboot) after
+    SYNC_SECONDS, wherever the loop is."""
+    count = os.open(FLIGHT / "sync.count", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    run = os.open(DEBUGFS / "run", os.O_WRONLY)
+    port = os.open("/dev/port", os.O_WRONLY)
+
+    def kill() -> None:
+        time.sleep(SYNC_SECONDS)
+        os.pwrite(port, b"\x31", 0xF4)
+
+    threading.Thread(target=kill, daemon=True).start()
+    for i in range(1, 1 << 30):
+        os.write(run, f"wval {i}\n".encode())
+        if i % 16 == 0:     # the loop's own counter, now and then: the writes outrun a reader
+            os.pwrite(count, f"{i}\n".ljust(16).encode(), 0)
+
+
 def crash(name: str) -> None:
     dev = find_pci_device(0x1234, 0x11E8)
     if dev is None:
@@ -81,6 +109,10 @@ def crash(name: str) -> None:
     res = sh("insmod", str(EXERCISER_KO), "allow_crash=1")
     if res.returncode:
         raise SystemExit(f"flight_boot: insmod: {res.stderr}")
+    if name == "sync":
+        tracer = NgTracer(["--pci", dev.name, *SYNC_OPTION.split()], "flight/sync").start()
+        log("sync: tracing with --sync, QEMU quits in the middle of a loop")
+        kill_during_loop()
     tracer = NgTracer(["--pci", dev.name, "--flight", str(RECS)], f"flight-{name}").start()
     log(f"{name}: tracing {dev.name}, the machine dies now")
     sh("sync")
@@ -101,8 +133,8 @@ def main() -> int:
     FLIGHT.mkdir(parents=True, exist_ok=True)
     step = int(NEXT.read_text().split()[0]) if NEXT.exists() else 0
     sh("modprobe", "ramoops")
-    if 0 < step <= len(CRASHES):
-        save_recovered(CRASHES[step - 1])
+    if 0 < step <= len(CRASHES) and CRASHES[step - 1] != "sync":
+        save_recovered(CRASHES[step - 1])   # (a new QEMU after sync: RAM lost)
     if step < len(CRASHES):
         NEXT.write_text(f"{step + 1}\n")
         os.sync()

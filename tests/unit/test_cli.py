@@ -165,17 +165,17 @@ def test_the_trace_parses_the_same_options():
         "no_existing": True, "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
         "histogram": False, "interval": None, "irq": False, "dma": False,
-        "flight": None, "flight_region": None}
+        "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--all"])) == {
         "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None,
-        "irq": False, "dma": False, "flight": None, "flight_region": None}
+        "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
         "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
         "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0,
-        "irq": False, "dma": False, "flight": None, "flight_region": None}
+        "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     # --flight alone keeps 4096 per CPU; N and the region as given
     assert arguments.parse_args(["--pci", "1:0.0", "--flight"]).flight == 4096
     args = arguments.parse_args(["--pci", "1:0.0", "--flight", "64", "--flight-region",
@@ -199,6 +199,7 @@ def test_flight_option_errors(argv, message, capsys):
     (["--pci", "1:0.0", "--histogram", "--raw", "x"], "no --raw, --compat, --irq or --dma"),
     (["--pci", "1:0.0", "--histogram", "--irq"], "no --raw, --compat, --irq or --dma"),
     (["--pci", "1:0.0", "--histogram", "--dma"], "no --raw, --compat, --irq or --dma"),
+    (["--pci", "1:0.0", "--histogram", "--sync"], "no --sync with it"),
 ])
 def test_histogram_option_errors(argv, message, capsys):
     status, _out, err = run_main(argv, capsys)
