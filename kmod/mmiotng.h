@@ -48,6 +48,7 @@
 #include <linux/lockdep.h>
 #include <linux/smp.h>
 #include <linux/preempt.h>
+#include <linux/workqueue.h>
 #include <asm/pgtable_types.h>
 
 #include "mmiotng_abi.h"
