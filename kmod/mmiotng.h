@@ -339,6 +339,7 @@ void ng_flight_exit(void);
 int ng_flight_start(phys_addr_t phys, u64 size, u32 want, const char *text);
 void ng_flight_stop(void);
 u32 ng_flight_recs(void);
+bool ng_flight_on(void);
 int ng_flight_read(phys_addr_t phys, u64 size, u64 off, void *buf, size_t len);
 void ng_flight_access(const struct mmiotng_access *a);
 void ng_flight_map(unsigned long virt, phys_addr_t phys, unsigned long size);

@@ -65,6 +65,7 @@
 #include <linux/mm.h>
 #include <linux/pagemap.h>
 #include <linux/sched.h>
+#include <linux/timekeeping.h>
 #include <linux/uaccess.h>
 #include <asm/trap_pf.h>
 
@@ -140,6 +141,9 @@ static void ng_emit(struct ng_emu_ctx *c)
 {
 	if (!ng_level())
 		ng_sync_stamp(&c->acc);	/* --sync */
+	/* one clock read for the flight record and the trace's (hpet: slow) */
+	if (!c->acc.ts_ns && ng_flight_on())
+		c->acc.ts_ns = ktime_get_mono_fast_ns();
 	ng_report(&c->acc);
 	c->pending = false;
 }

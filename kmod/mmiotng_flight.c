@@ -257,6 +257,12 @@ void ng_flight_stop(void)
 	f->claim = NULL;
 }
 
+/* Whether a session records into a flight region (any context). */
+bool ng_flight_on(void)
+{
+	return !!rcu_access_pointer(ng_flight);
+}
+
 u32 ng_flight_recs(void)
 {
 	struct ng_flight *f = rcu_dereference_protected(ng_flight, lockdep_is_held(&ng_mutex));
