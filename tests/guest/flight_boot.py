@@ -120,6 +120,13 @@ def crash(name: str) -> None:
         Path("/proc/sys/kernel/panic_on_rcu_stall").write_text("1\n")
         Path("/sys/module/rcupdate/parameters/rcu_cpu_stall_timeout").write_text("3\n")
     proc = write_crash(name)
+    if name == "lockup":
+        # The RCU stall detector sees the spinning CPU only while a grace
+        # period waits for it: an idle 7.2 may start none for minutes.  A
+        # network namespace made and dropped needs one.
+        for _ in range(600):
+            time.sleep(1)
+            sh("unshare", "-n", "true")
     proc.wait(timeout=600)          # the oops kills the writer; the others never return
     time.sleep(2)
     log(f"{name}: the writer ended ({proc.returncode}): reboot as a user would (sysrq-b)")
