@@ -125,6 +125,7 @@ def read_region(helper: HelperSocket, where: Region, length: int | None = None) 
     return b"".join(parts)
 
 
+HEADER_BYTES = ctypes.sizeof(MmiotngFlightHdr)
 REASONS = {MMIOTNG_FLIGHT_PANIC: "panic", MMIOTNG_FLIGHT_OOPS: "oops"}
 STATES = {MMIOTNG_FLIGHT_RECORDING: "recording", MMIOTNG_FLIGHT_STOPPED: "stopped",
           MMIOTNG_FLIGHT_CRASHED: "crashed"}
@@ -196,8 +197,9 @@ def _struct(cls: type, data: bytes, off: int):
     return cls.from_buffer_copy(data, off)
 
 
-def parse(data: bytes) -> Flight:
-    """The records of a region's image, checked against its header."""
+def parse(data: bytes, header_only: bool = False) -> Flight:
+    """The records of a region's image, checked against its header (with
+    header_only, the header alone: data may stop after it)."""
     if len(data) < ctypes.sizeof(MmiotngFlightHdr):
         raise FlightError("the region is smaller than the flight recorder's header")
     hdr = _struct(MmiotngFlightHdr, data, 0)
@@ -207,6 +209,8 @@ def parse(data: bytes) -> Flight:
         raise FlightError(f"the region holds records of another layout (version {hdr.version})")
     if not hdr.cpus or not hdr.recs:
         raise FlightError("the region's header is damaged")
+    if header_only:
+        return Flight(hdr, [], [])
     msize = ctypes.sizeof(MmiotngFlightMap)
     maps = []
     for i in range(hdr.maps):

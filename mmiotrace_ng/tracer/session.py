@@ -254,7 +254,8 @@ class Session:
         assert self.helper is not None
         where = flight.region(self.args.flight_region, Path("/proc/cmdline").read_text())
         try:
-            old = flight.parse(flight.read_region(self.helper, where))
+            old = flight.parse(flight.read_region(self.helper, where, flight.HEADER_BYTES),
+                               header_only=True)
         except flight.FlightError:
             old = None
         except HelperError as exc:

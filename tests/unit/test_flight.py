@@ -170,3 +170,48 @@ def test_a_region_without_records_is_refused():
 ])
 def test_the_kind_of_death_is_named(reason, message, kind):
     assert flight.classify(reason, message) == kind
+
+
+class RegionHelper:
+    """The helper's side of --flight: FLIGHT_READ serves an image (at most
+    16 KiB a reply, as the helper does), FLIGHT_START is logged."""
+
+    def __init__(self, image: bytes) -> None:
+        self.image, self.read, self.started = image, 0, None
+
+    def flight_read(self, phys: int, size: int, offset: int) -> bytes:
+        chunk = self.image[offset:offset + 16384]
+        self.read += len(chunk)
+        return chunk
+
+    def flight_start(self, phys: int, size: int, recs: int, text: str) -> None:
+        self.started = (phys, size, recs)
+
+    def status(self):
+        return type("Status", (), {"flight_recs": 4096})()
+
+
+def start_flight(image: bytes, capsys) -> RegionHelper:
+    import argparse
+    import io
+
+    from mmiotrace_ng.tracer import session
+    args = argparse.Namespace(compat=False, pc=False, pid=False, irq=False, dma=False,
+                              flight=4096, flight_region=f"{len(image):#x}@0x60000000")
+    s = session.Session(args, io.BytesIO())
+    s.helper = helper = RegionHelper(image)
+    s.start_flight("VERSION 20070824\n")
+    return helper
+
+
+def test_start_refuses_a_region_holding_a_crash_and_reads_its_header_only(capsys):
+    img = Image(cpus=2, recs=4096)          # 2 x 4096 records: far more than a header
+    with pytest.raises(UsageError, match=r"holds the records of a crash \(panic: Kernel said so"):
+        start_flight(img.bytes(), capsys)
+    img.hdr.state = MMIOTNG_FLIGHT_STOPPED
+    helper = start_flight(img.bytes(), capsys)
+    assert helper.started == (0x60000000, len(img.bytes()), 4096)
+    assert HDR <= helper.read <= 16384 < len(img.bytes())
+    assert "the last 4096 accesses of each CPU kept in" in capsys.readouterr().err
+    # a region of anything else (no magic) is taken over
+    assert start_flight(bytes(len(img.bytes())), capsys).started is not None
