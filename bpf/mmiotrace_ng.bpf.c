@@ -191,7 +191,8 @@ static __always_inline void ng_count_drops(u32 n)
 		*p += n;
 }
 
-static __always_inline void *ng_reserve(u32 size, u16 type)
+/* A record of size bytes, stamped ts_ns (0: now) */
+static __always_inline void *ng_reserve_at(u32 size, u16 type, u64 ts_ns)
 {
 	struct ng_rec_hdr *hdr = events.ringbuf_reserve(size);
 	int pending = 1;
@@ -202,7 +203,8 @@ static __always_inline void *ng_reserve(u32 size, u16 type)
 		return 0;
 	}
 	p = drops.lookup(&pending);
-	hdr->ts_ns = bpf_ktime_get_ns();
+	/* with hpet as the clock, a read is an emulated device access: one */
+	hdr->ts_ns = ts_ns ? ts_ns : bpf_ktime_get_ns();
 	hdr->type = type;
 	hdr->cpu = bpf_get_smp_processor_id();
 	hdr->lost = 0;
@@ -211,6 +213,11 @@ static __always_inline void *ng_reserve(u32 size, u16 type)
 		*p = 0;
 	}
 	return hdr;
+}
+
+static __always_inline void *ng_reserve(u32 size, u16 type)
+{
+	return ng_reserve_at(size, type, 0);
 }
 
 /*
@@ -419,14 +426,16 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 		ng_count_drops(acc.lost);
 		return 0;
 	}
-	r = ng_reserve(sizeof(*r), NG_REC_ACCESS);
+	/*
+	 * The helper's stamp where it made one: a single-stepped access is
+	 * reported a little after it happened; --flight and --sync stamp each
+	 * emulated access for their own records.
+	 */
+	r = ng_reserve_at(sizeof(*r), NG_REC_ACCESS, acc.ts_ns);
 	if (!r) {
 		ng_count_drops(acc.lost);	/* this one was counted */
 		return 0;
 	}
-	/* a single-stepped access is reported a little after it happened */
-	if (acc.ts_ns)
-		r->hdr.ts_ns = acc.ts_ns;
 	/* accesses the helper could not report (its NMI queue was full) */
 	if (acc.lost) {
 		int total = 0;
