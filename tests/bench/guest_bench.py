@@ -367,8 +367,10 @@ class NgTracer(Tracer):
     read incrementally and emptied after each run (the writer's offset
     stays, so the file just becomes sparse)."""
 
-    def __init__(self, bdf: str, extra: list[str], name: str) -> None:
+    def __init__(self, bdf: str, extra: list[str], name: str,
+                 cpus: set[int] | None = None) -> None:
         super().__init__()
+        self.cpus = cpus              # the tracer's CPUs (default: any)
         self.label = f"mmiotrace-ng {' '.join(extra) or '(default)'}".strip()
         WORK.mkdir(exist_ok=True)
         self.out = WORK / f"{name}.txt"
@@ -386,8 +388,10 @@ class NgTracer(Tracer):
     def start(self) -> NgTracer:
         with open(self.errf, "wb") as err:
             t0 = time.perf_counter()
-            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=err,
-                                         start_new_session=True)
+            cpus = self.cpus
+            self.proc = subprocess.Popen(
+                self.argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while True:
@@ -701,9 +705,12 @@ def main() -> int:
     ap.add_argument("--only", metavar="PARTS",
                     help="measure only these (comma-separated: kernel, helper, ng, or "
                          "ng-emulate: ng's default mode timed, no search, no --singlestep; "
-                         "ng-flight: ng's default mode and --flight timed one after the other "
-                         "(boot with memmap=2M$0x60000000); "
+                         "ng-flight: ng's default mode and --flight, sessions in turn "
+                         "(--flight-rounds; boot with memmap=2M$0x60000000); "
                          "experiments: the output is not what tests/bench/run reads)")
+    ap.add_argument("--flight-rounds", type=int, default=FLIGHT_ROUNDS, metavar="N",
+                    help=f"ng-flight: rounds of a plain and a --flight session "
+                         f"(default {FLIGHT_ROUNDS})")
     args = ap.parse_args()
     if os.environ.get("NGVM_GUEST") != "1":
         log("WARNING: not in the test VM (NGVM_GUEST unset); this traces the real machine")
@@ -725,7 +732,8 @@ def main() -> int:
     problems_before = len(kernel_log_problems())
     try:
         measure(res, bdf, counts, bursts, buffer_kb,
-                set(args.only.split(",")) if args.only else {"kernel", "helper", "ng"})
+                set(args.only.split(",")) if args.only else {"kernel", "helper", "ng"},
+                args.flight_rounds)
     except BaseException as exc:
         res["error"] = f"{type(exc).__name__}: {exc}"
         raise
@@ -741,7 +749,8 @@ def main() -> int:
 
 
 def measure(res: dict, bdf: str, counts: dict[str, int],
-            bursts: dict[str, tuple[int, int]], buffer_kb: int, parts: set[str]) -> None:
+            bursts: dict[str, tuple[int, int]], buffer_kb: int, parts: set[str],
+            flight_rounds: int = 6) -> None:
     """All the guest measurements (those of parts), into res."""
     res["zero_loss"] = {}
     warm_up(None, counts)
@@ -757,15 +766,92 @@ def measure(res: dict, bdf: str, counts: dict[str, int],
     elif "ng-emulate" in parts:
         ng_tracer(res, bdf, counts, {}, modes=(("ng_emulate", []),))
     if "ng-flight" in parts:
-        # the flight recorder's cost: the same loops with and without it, one
-        # after the other in this boot (needs memmap=2M$0x60000000 on the
-        # guest's command line)
-        ng_tracer(res, bdf, counts, {}, modes=(("ng_plain", []), ("ng_flight", ["--flight"])))
-        res["flight_ratio"] = {
-            name: round(res["ng_flight"][name]["ns_per_access"]
-                        / res["ng_plain"][name]["ns_per_access"], 3)
-            for name in counts if name in res["ng_flight"] and name in res["ng_plain"]}
-        log(f"--flight / plain, ns per access: {res['flight_ratio']}")
+        flight_ab(res, bdf, counts, flight_rounds)
+
+
+# --flight against plain tracing: sessions in turn, ABBA order
+FLIGHT_ROUNDS = 6
+FLIGHT_MODES = (("ng_plain", []), ("ng_flight", ["--flight"]))
+
+
+def flight_ab(res: dict, bdf: str, counts: dict[str, int], rounds: int) -> None:
+    """The flight recorder's cost: ROUNDS rounds of one plain session and
+    one --flight session (the order swapped every round: plain, flight,
+    flight, plain, ...), each warmed up and timed like the other modes.
+    A round's ratio is its flight session's median over its plain one's;
+    the median of the rounds' ratios is the answer, and their spread shows
+    what the host resolves.  Needs memmap=2M$0x60000000 on the guest's
+    command line."""
+    sessions: dict[str, list[dict]] = {mode: [] for mode, _ in FLIGHT_MODES}
+    for k in range(rounds):
+        order = FLIGHT_MODES if k % 2 == 0 else FLIGHT_MODES[::-1]
+        for mode, extra in order:
+            log(f"round {k + 1}/{rounds}: {mode}")
+            part: dict = {"fixed_cost": {}}
+            ng_tracer(part, bdf, counts, {}, modes=((mode, extra),))
+            sessions[mode].append(part[mode])
+    ratios = {name: [round(f[name]["ns_per_access"] / p[name]["ns_per_access"], 3)
+                     for p, f in zip(sessions["ng_plain"], sessions["ng_flight"], strict=True)]
+              for name in counts}
+    res["flight_ab"] = {
+        "rounds": rounds,
+        "sessions": sessions,
+        "round_ratios": ratios,
+        "ns_per_access": {mode: {name: round(statistics.median(
+            s[name]["ns_per_access"] for s in sessions[mode]), 1) for name in counts}
+            for mode in sessions},
+    }
+    res["flight_ratio"] = {name: round(statistics.median(r), 3) for name, r in ratios.items()}
+    for name, r in ratios.items():
+        log(f"--flight / plain, {name}: median {res['flight_ratio'][name]} "
+            f"of {rounds} rounds ({min(r)}..{max(r)})")
+    helper_flight_ab(res, bdf, {k: v for k, v in counts.items() if k in ("rloop", "wloop")},
+                     2 * rounds)
+
+
+def helper_flight_ab(res: dict, bdf: str, counts: dict[str, int], rounds: int) -> None:
+    """What the flight record adds to an access, where the noise of whole
+    tracer sessions cannot hide it: the helper alone (emulate mode, no BPF
+    program, no reader), sessions with and without FLIGHT_START in turn
+    (ABBA), the loops on one CPU.  Its clock read is counted too (with
+    --flight the helper stamps the access; plain, the BPF program does).
+    The increment is then set against the whole path's ns per access of
+    the plain sessions."""
+    sys.path.insert(0, str(REPO))
+    from mmiotrace_ng.tracer import flight
+
+    where = flight.region(None, Path("/proc/cmdline").read_text())
+    load_helper()
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {max(before)})
+    times: dict[bool, list[dict]] = {False: [], True: []}
+    try:
+        for k in range(rounds):
+            for on in ((False, True) if k % 2 == 0 else (True, False)):
+                with HelperOnly(bdf, "EMULATE") as h:
+                    if on:
+                        h.sock.flight_start(where.addr, where.size, 4096, "VERSION 20070824\n")
+                    label = f"helper {'--flight' if on else 'plain'} {k + 1}/{rounds}"
+                    warm_up(None, counts)
+                    times[on].append(time_scenarios(None, counts, label))
+    finally:
+        os.sched_setaffinity(0, before)
+    added = {name: [round(f[name]["ns_per_access"] - p[name]["ns_per_access"], 1)
+                    for p, f in zip(times[False], times[True], strict=True)]
+             for name in counts}
+    whole = res["flight_ab"]["ns_per_access"]["ng_plain"]
+    res["flight_helper_ab"] = {
+        "rounds": rounds, "plain": times[False], "flight": times[True],
+        "added_ns": added,
+        "added_ns_median": {name: statistics.median(a) for name, a in added.items()},
+        "added_of_whole_path": {name: round(statistics.median(a) / whole[name], 3)
+                                for name, a in added.items()},
+    }
+    for name, a in added.items():
+        log(f"helper alone, --flight adds to {name}: median {statistics.median(a):.0f} ns "
+            f"of {rounds} rounds ({min(a):.0f}..{max(a):.0f}), "
+            f"{res['flight_helper_ab']['added_of_whole_path'][name]:.1%} of the whole "
+            f"path's {whole[name]:.0f} ns")
 
 
 def kernel_tracer(res: dict, counts: dict[str, int],
@@ -788,10 +874,11 @@ NG_MODES = (("ng_emulate", []), ("ng_singlestep", ["--singlestep"]))
 
 def ng_tracer(res: dict, bdf: str, counts: dict[str, int],
               bursts: dict[str, tuple[int, int]],
-              modes: tuple[tuple[str, list[str]], ...] = NG_MODES) -> None:
+              modes: tuple[tuple[str, list[str]], ...] = NG_MODES,
+              cpus: set[int] | None = None) -> None:
     for mode, extra in modes:
         log(f"{mode}: starting mmiotrace-ng {' '.join(extra)}")
-        ng = NgTracer(bdf, extra, mode).start()
+        ng = NgTracer(bdf, extra, mode, cpus).start()
         try:
             log(f"{mode}: ready after {ng.startup_s:.1f} s")
             warm_up(ng, counts)
