@@ -16,45 +16,46 @@ DEFAULT_SECONDS until it is (tests/unit/test_guest_shards.py fails for it).
 from __future__ import annotations
 
 # seconds each file's tests took in the main boot of a full run, side by side
-# (junit of the run at e27042d), less the BPF compile of each part's first
-# test (test_all.py's and test_diff.py's, about 140 and 120 s then): each
-# part pays it once, whichever file comes first
+# (junit of the clean-clone CI run at e56155d; the BPF objects a part's first
+# test compiled took 20-40 s of it there, under the first file's name)
 SECONDS = {
-    "test_all.py": 66,
-    "test_analysis.py": 39,
-    "test_cli_errors.py": 41,
-    "test_commands.py": 41,
-    "test_diff.py": 119,
-    "test_engine_safety.py": 335,
-    "test_fields.py": 35,
+    "test_all.py": 88,
+    "test_analysis.py": 55,
+    "test_cli_errors.py": 48,
+    "test_commands.py": 34,
+    "test_diff.py": 67,
+    "test_engine_safety.py": 251,
+    "test_fields.py": 34,
     "test_flight.py": 0,               # its boot only
-    "test_helper_version.py": 27,
-    "test_histogram.py": 19,
-    "test_install.py": 110,
-    "test_irq.py": 47,
-    "test_kernel_reference.py": 31,
-    "test_ksym.py": 235,
-    "test_large_bars.py": 44,
+    "test_helper_version.py": 18,
+    "test_histogram.py": 13,
+    "test_install.py": 61,
+    "test_irq.py": 40,
+    "test_kernel_reference.py": 27,
+    "test_ksym.py": 178,
+    "test_large_bars.py": 37,
     "test_lockdown.py": 0,             # its boot only
     "test_lockdown_integrity.py": 0,   # its boot only
-    "test_memtype.py": 9,
-    "test_ng_trace.py": 127,
-    "test_output.py": 39,
-    "test_record.py": 166,
-    "test_reliability.py": 147,
-    "test_replay.py": 10,
-    "test_session_owner.py": 5,
+    "test_memtype.py": 7,
+    "test_ng_trace.py": 99,
+    "test_output.py": 36,
+    "test_record.py": 151,
+    "test_reliability.py": 126,
+    "test_replay.py": 29,
+    "test_session_owner.py": 9,
     "test_singlestep.py": 12,
-    "test_small_bars.py": 44,
-    "test_storm.py": 26,
-    "test_switches.py": 54,
-    "test_truth.py": 52,
-    "test_unplug.py": 10,
+    "test_small_bars.py": 47,
+    "test_storm.py": 27,
+    "test_switches.py": 56,
+    "test_truth.py": 33,
+    "test_unplug.py": 15,
 }
 # tests/run's short boots (single-threaded TCG, signatures enforced,
-# lockdown) run after the last part, beside the others: their seconds, boots
-# included, count as that part's from the start
-AFTER_LAST = 200.0
+# lockdown, then the flight recorder's boot) run after the last part, beside
+# the others: their seconds, boots included, count as that part's from the
+# start (at e56155d: 189 s for the three short boots, 129 s for the flight
+# recorder's; the last part's chain then ended 171 s after the first part)
+AFTER_LAST = 320.0
 # files that must be in a part: test_diff.py's e1000 recording is what the
 # second boot (after the last part) compares with
 PINNED = {"test_diff.py": 2}
