@@ -275,6 +275,7 @@ void ng_probes_exit(void);
 
 /* mmiotng_report.c: the records (tracepoints) */
 void ng_report(const struct mmiotng_access *a);
+void ng_report_emulated(struct mmiotng_access *a);
 int ng_report_init(void);
 void ng_report_exit(void);
 void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err);

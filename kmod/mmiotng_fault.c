@@ -139,12 +139,7 @@ static void ng_io_write(void __iomem *io, unsigned int width, u64 val)
 
 static void ng_emit(struct ng_emu_ctx *c)
 {
-	if (!ng_level())
-		ng_sync_stamp(&c->acc);	/* --sync */
-	/* one clock read for the flight record and the trace's (hpet: slow) */
-	if (!c->acc.ts_ns && ng_flight_on())
-		c->acc.ts_ns = ktime_get_mono_fast_ns();
-	ng_report(&c->acc);
+	ng_report_emulated(&c->acc);
 	c->pending = false;
 }
 
@@ -725,6 +720,11 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 			if (emu == NG_YIELD && try_module_get(THIS_MODULE)) {
 				atomic_inc(&ng_user_inflight);
 				res = NG_YIELD_CPU;
+			} else if (emu == NG_YIELD) {
+				int cpu;
+
+				/* no wait: the stamp is not left for a later one */
+				ng_sync_take(&cpu);
 			}
 			goto out;
 		}

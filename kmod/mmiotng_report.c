@@ -214,6 +214,30 @@ void ng_report(const struct mmiotng_access *a)
 	ng_trace(a);
 }
 
+/*
+ * An emulated access.  At level 0 the records queued before it go first,
+ * then it is stamped for --sync (mmiotng_sync.c): no record of this CPU
+ * that enters the ring before it is newer than its stamp.  With the
+ * flight recorder on, one clock read serves its flight record and its
+ * trace record (with hpet as the clock, a read is an emulated device
+ * access).
+ */
+void ng_report_emulated(struct mmiotng_access *a)
+{
+	if (ng_level()) {
+		if (!a->ts_ns && ng_flight_on())
+			a->ts_ns = ktime_get_mono_fast_ns();
+		ng_report(a);
+		return;
+	}
+	ng_report_deferred();
+	ng_sync_stamp(a);
+	if (!a->ts_ns && ng_flight_on())
+		a->ts_ns = ktime_get_mono_fast_ns();
+	ng_flight_access(a);
+	ng_trace(a);
+}
+
 /* A mapping of a traced range was armed (err 0) or left unarmed (why). */
 void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err)
 {

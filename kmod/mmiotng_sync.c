@@ -9,22 +9,31 @@
  * acknowledgment at or past a stamp means that record is written.
  *
  * While a session asks for it, an emulated access (level 0) is stamped here
- * (its record carries that time); once its instruction is done, a task
- * that may sleep there (ng_may_yield(), running) waits in ng_fault_yield()
- * until its CPU's acknowledgment reaches the stamp, or NG_SYNC_WAIT passes.
- * Then the file holds the access before the code after it runs.  Accesses
- * from atomic contexts, single-stepped ones, and the tracer's own never
- * wait: they are written with the next access that does.  After a wait in
- * vain (the tracer stopped, or its writes need the waiting task), none
- * waits until the tracer has caught up with the late stamp: one stall of
- * NG_SYNC_WAIT, not one per access.
+ * (its record carries that time), after the records queued before it
+ * (ng_report_emulated()); once its instruction is done, a task that may
+ * sleep there (ng_may_yield(), running) waits in ng_fault_yield() until its
+ * CPU's acknowledgment reaches the stamp, or NG_SYNC_WAIT passes.  Then the
+ * file holds the access before the code after it runs.  Accesses from
+ * atomic contexts, single-stepped ones, and the tracer's own never wait:
+ * they are written with the next access that does.  After a wait in vain
+ * (the tracer stopped, or its writes need the waiting task), none waits
+ * until the tracer has caught up with the late stamp on its CPU: one stall
+ * of NG_SYNC_WAIT, not one per access.
+ *
+ * The wait polls and never sleeps: the task stays runnable (preempted at
+ * most, by cond_resched() or an interrupt), as in any fault.  A task that
+ * goes to sleep by its own choice counts for RCU Tasks as out of all kernel
+ * text that may be rewritten (kprobes' optimizer waits for that before it
+ * writes a jump over several instructions, and before it frees the code
+ * it copied), while this task's registers point into the middle of the
+ * function that made the access, after the access.
  *
  * Contexts: ng_sync_stamp(), ng_sync_pending() and ng_sync_take() run in
  * the fault path (interrupts off, this CPU's ng_sync_stamp_ts);
  * ng_sync_wait() in the faulting task after the fault handler, interrupts
- * on, may sleep (on another CPU than the stamp's); ng_sync_ack() and
+ * on, preemptible (on another CPU than the stamp's); ng_sync_ack() and
  * ng_sync_stop() in process context under ng_mutex.  The rest is read
- * locklessly; the wait queue's lock orders a wake-up after the change.
+ * locklessly: a waiter polls the acknowledgments.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -35,8 +44,8 @@
 #include <linux/ktime.h>
 #include <linux/percpu.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/timekeeping.h>
-#include <linux/wait.h>
 
 #include "mmiotng.h"
 
@@ -45,7 +54,7 @@
 static bool ng_sync_on;
 static pid_t ng_sync_tracer;		/* its thread group never waits */
 static atomic64_t ng_sync_late;		/* a stamp waited for in vain, 0: none */
-static DECLARE_WAIT_QUEUE_HEAD(ng_sync_wq);
+static atomic_t ng_sync_late_cpu;	/* and its CPU */
 static DEFINE_PER_CPU(atomic64_t, ng_sync_acked);	/* written up to, per CPU */
 static DEFINE_PER_CPU(u64, ng_sync_stamp_ts);	/* this CPU's access to wait for */
 
@@ -79,18 +88,28 @@ static bool ng_sync_done(int cpu, u64 ts)
 /* In the faulting task, interrupts on: until CPU @cpu's record of @ts is written. */
 void ng_sync_wait(int cpu, u64 ts)
 {
-	u64 late = atomic64_read(&ng_sync_late);
+	unsigned long deadline = jiffies + NG_SYNC_WAIT;
+	u64 late = atomic64_read_acquire(&ng_sync_late);
 
 	if (!task_is_running(current) || current->tgid == READ_ONCE(ng_sync_tracer))
 		return;
 	if (late) {
-		if (!ng_sync_done(cpu, late))
+		if (!ng_sync_done(atomic_read(&ng_sync_late_cpu), late))
 			return;		/* still behind: no second stall */
 		atomic64_cmpxchg(&ng_sync_late, late, 0);
 	}
-	if (!wait_event_interruptible_timeout(ng_sync_wq, ng_sync_done(cpu, ts), NG_SYNC_WAIT)) {
-		atomic64_set(&ng_sync_late, ts);
-		this_cpu_inc(ng_stats.sync_late);
+	while (!ng_sync_done(cpu, ts)) {
+		if (signal_pending(current))
+			return;
+		if (time_after(jiffies, deadline)) {
+			atomic_set(&ng_sync_late_cpu, cpu);
+			/* pairs with the acquire above: the CPU before the stamp */
+			atomic64_set_release(&ng_sync_late, ts);
+			this_cpu_inc(ng_stats.sync_late);
+			return;
+		}
+		cond_resched();		/* a preemption, never a sleep: see above */
+		cpu_relax();
 	}
 }
 
@@ -114,7 +133,6 @@ int ng_sync_ack(u32 cpu, u64 ts)
 		WRITE_ONCE(ng_sync_tracer, current->tgid);
 		WRITE_ONCE(ng_sync_on, true);
 	}
-	wake_up_all(&ng_sync_wq);
 	return 0;
 }
 
@@ -124,8 +142,7 @@ void ng_sync_stop(void)
 	int cpu;
 
 	lockdep_assert_held(&ng_mutex);
-	WRITE_ONCE(ng_sync_on, false);
-	wake_up_all(&ng_sync_wq);
+	WRITE_ONCE(ng_sync_on, false);	/* waiters see it and go */
 	for_each_possible_cpu(cpu)
 		atomic64_set(per_cpu_ptr(&ng_sync_acked, cpu), 0);
 	atomic64_set(&ng_sync_late, 0);

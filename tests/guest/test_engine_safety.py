@@ -1356,3 +1356,122 @@ def test_a_copy_to_user_memory_without_stac_oopses_as_untraced(exerciser, dmesg_
     assert helper_status()["armed_pages"] == 0
     rmmod_helper()
     ensure_helper()
+
+
+# ---- a kprobe on the traced instruction ------------------------------------
+
+KPROBES_LIST = Path("/sys/kernel/debug/kprobes/list")
+KPROBE_PROFILE = Path("/sys/kernel/tracing/kprobe_profile")
+KPROBE_ROUNDS = 8
+KPROBE_LOOP = 50
+W_LIVE = re.compile(r"^W 4 \S+ \S+ (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+) \d+$")
+
+
+def kprobe_event(line: str) -> None:
+    """Append to kprobe_events (the other probes stay)."""
+    fd = os.open(KPROBE_EVENTS, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("mode", [[], ["--sync"]], ids=["emulate", "sync"])
+def test_a_kprobe_on_the_traced_instruction(exerciser, mode):
+    """A kprobe put on wloop's writel and taken off again, round after
+    round, while wloop runs traced: the probe's copy of the store faults in
+    its buffer, and kprobes' optimizer writes a 5-byte jump over that
+    3-byte store and the instruction after it once RCU Tasks says no task
+    is between them.  With --sync the task waits after each store, its
+    registers pointing right after it: a wait that slept would count as out
+    of that text, and the task would go on in the middle of the jump (each
+    round stops the tracer while the probe goes in, so that a store waits
+    for it then).  Every store is recorded once, in order, with its value; the probe fired
+    (and was optimized where the kernel optimizes probes); the kernel log
+    stays clean."""
+    ensure_helper()
+    base = exerciser.bar0[0]
+    t = NgTracer(["--pci", exerciser.dev.name, "--pc"], "ng-kprobe-pc").start()
+    try:
+        text = t.section(lambda: exerciser.run("wloop", 4))
+    finally:
+        assert t.stop() == 0
+    pcs = {int(m[3], 16) for m in map(W_LIVE.match, text.splitlines())
+           if m and int(m[1], 16) == base + 4}
+    assert len(pcs) == 1, text          # the one store of the loop
+    pc = pcs.pop()
+    optimizing = Path("/proc/sys/debug/kprobes-optimization").read_text().strip() == "1"
+    sync = "--sync" in mode
+    runs, errors = [0], []
+    stop = threading.Event()
+
+    def loops() -> None:
+        try:
+            while not stop.is_set():
+                exerciser.run("wloop", KPROBE_LOOP)
+                runs[0] += 1
+                time.sleep(0.02)        # a stopped tracer's ring holds what comes meanwhile
+        except OSError as exc:
+            errors.append(exc)
+
+    hits = optimized = 0
+
+    def is_optimized() -> bool:
+        return any(line.startswith(f"{pc:x} ") and "[OPTIMIZED]" in line
+                   for line in KPROBES_LIST.read_text().splitlines())
+
+    def probe_rounds() -> None:
+        nonlocal hits, optimized
+        th = threading.Thread(target=loops)
+        th.start()
+        try:
+            for _ in range(KPROBE_ROUNDS):
+                if sync:
+                    # the next store waits for the stopped tracer (up to
+                    # 1 s), its registers right after the store
+                    os.killpg(t.proc.pid, signal.SIGSTOP)
+                    time.sleep(0.1)
+                kprobe_event(f"p:ngtest/mmio 0x{pc:x}\n")
+                enable = Path("/sys/kernel/tracing/events/ngtest/mmio/enable")
+                enable.write_text("1\n")
+                time.sleep(0.5)         # the optimizer waits 5 jiffies, then RCU Tasks
+                seen = is_optimized()
+                if sync:
+                    os.killpg(t.proc.pid, signal.SIGCONT)
+                time.sleep(0.3)
+                optimized += seen or is_optimized()
+                for line in KPROBE_PROFILE.read_text().splitlines():
+                    if line.split()[:1] == ["mmio"]:
+                        hits += int(line.split()[1])
+                enable.write_text("0\n")
+                kprobe_event("-:ngtest/mmio\n")
+                time.sleep(0.05)
+        finally:
+            if sync:
+                os.killpg(t.proc.pid, signal.SIGCONT)
+            stop.set()
+            th.join(300)
+
+    name = "ng-kprobe-" + ("-".join(m.strip("-") for m in mode) or "emulate")
+    t = NgTracer(["--pci", exerciser.dev.name, *mode], name).start()
+    try:
+        text = t.section(probe_rounds)
+    finally:
+        rc = t.stop()
+    print(f"kprobe at {pc:#x}: {runs[0]} runs of wloop {KPROBE_LOOP}, {hits} hits, "
+          f"optimized in {optimized} of {KPROBE_ROUNDS} rounds (optimizing: {optimizing})")
+    assert rc == 0 and not errors, (rc, errors)
+    # a store that faults where the probe's int3 is (the probe's copy faulted
+    # and kprobes put the registers back there) is stepped, not decoded: an
+    # UNKNOWN record at its place, the int3 first in its bytes
+    recs = [r for r in to_records(text, base)
+            if r[:3] == ("W", 4, 4) or r[:2] == ("UNKNOWN", 4)]
+    got = [r[3] if r[0] == "W" else None for r in recs]
+    expected = list(range(KPROBE_LOOP)) * runs[0]
+    assert runs[0] >= 2 and len(got) == len(expected), (runs[0], len(got))
+    assert all(g in (None, e) for g, e in zip(got, expected, strict=True))
+    stepped = [r[2] for r in recs if r[0] == "UNKNOWN"]
+    assert all(b[0] == 0xCC for b in stepped) and len(stepped) <= KPROBE_ROUNDS, stepped
+    assert hits > 0
+    assert optimized > 0 or not optimizing, "the probe was never optimized"
+    assert exerciser.mismatches() == 0
