@@ -108,9 +108,14 @@ void ng_flight_access(const struct mmiotng_access *a)
 	r->op = a->op;
 	r->flags = a->flags;
 	wmb();		/* the record whole before its seq says so */
-	/* contexts on top of this one went round the whole ring meanwhile */
+	/*
+	 * Contexts on top of this one went round the whole ring meanwhile:
+	 * the slot holds parts of their record and of this one, neither kept.
+	 */
 	if (local_read(next) - n < f->nrecs)
 		WRITE_ONCE(r->seq, n);
+	else
+		WRITE_ONCE(r->seq, 0);
 out:
 	rcu_read_unlock_sched_notrace();
 }
@@ -306,29 +311,40 @@ static const char *ng_flight_op(u8 op)
 	return op == MMIOTNG_OP_READ ? "R" : op == MMIOTNG_OP_WRITE ? "W" : "UNKNOWN";
 }
 
-/* The newest records of each CPU, on the console: bounded, at a crash. */
-static void ng_flight_print(struct ng_flight *f)
+/* The newest records of @cpu on the console, @lines printed so far; their count. */
+static unsigned int ng_flight_print_cpu(struct ng_flight *f, int cpu, unsigned int lines)
 {
-	unsigned int lines = 0;
+	u64 next = local_read(per_cpu_ptr(&ng_flight_next, cpu));
+	u64 n = next - min_t(u64, next, min(ng_flight_console, f->nrecs));
+
+	for (; n < next && lines < NG_FLIGHT_CONSOLE_MAX; n++, lines++) {
+		struct mmiotng_flight_rec *r = ng_flight_slot(f, cpu, n);
+
+		if (READ_ONCE(r->seq) != n + 1)
+			continue;
+		pr_emerg("flight %d %llu %s %u 0x%llx 0x%llx %pS\n", cpu, n + 1,
+			 ng_flight_op(r->op), r->width, r->phys, r->value,
+			 (void *)(unsigned long)r->ip);
+	}
+	return lines;
+}
+
+/*
+ * The newest records of each CPU, on the console: bounded, at a crash;
+ * the dying CPU's first, which the bound must not leave out.
+ */
+static void ng_flight_print(struct ng_flight *f, int dying)
+{
+	unsigned int lines;
 	int cpu;
 
 	if (!ng_flight_console)
 		return;
 	pr_emerg("flight recorder: newest accesses (cpu seq op width phys value ip):\n");
-	for_each_possible_cpu(cpu) {
-		u64 next = local_read(per_cpu_ptr(&ng_flight_next, cpu));
-		u64 n = next - min_t(u64, next, min(ng_flight_console, f->nrecs));
-
-		for (; n < next && lines < NG_FLIGHT_CONSOLE_MAX; n++, lines++) {
-			struct mmiotng_flight_rec *r = ng_flight_slot(f, cpu, n);
-
-			if (READ_ONCE(r->seq) != n + 1)
-				continue;
-			pr_emerg("flight %d %llu %s %u 0x%llx 0x%llx %pS\n", cpu, n + 1,
-				 ng_flight_op(r->op), r->width, r->phys, r->value,
-				 (void *)(unsigned long)r->ip);
-		}
-	}
+	lines = ng_flight_print_cpu(f, dying, 0);
+	for_each_possible_cpu(cpu)
+		if (cpu != dying)
+			lines = ng_flight_print_cpu(f, cpu, lines);
 }
 
 /* The machine is dying: say why in the region (the first to come), print the tail. */
@@ -353,7 +369,7 @@ static __printf(2, 3) void ng_flight_crash(u32 reason, const char *fmt, ...)
 		vscnprintf(h->message, sizeof(h->message), fmt, args);
 		va_end(args);
 		wmb();	/* out of the WC buffers before a reset */
-		ng_flight_print(f);
+		ng_flight_print(f, h->crash_cpu);
 	}
 	wmb();	/* panicked, and the records of this CPU, out of the WC buffers */
 }
