@@ -367,10 +367,8 @@ class NgTracer(Tracer):
     read incrementally and emptied after each run (the writer's offset
     stays, so the file just becomes sparse)."""
 
-    def __init__(self, bdf: str, extra: list[str], name: str,
-                 cpus: set[int] | None = None) -> None:
+    def __init__(self, bdf: str, extra: list[str], name: str) -> None:
         super().__init__()
-        self.cpus = cpus              # the tracer's CPUs (default: any)
         self.label = f"mmiotrace-ng {' '.join(extra) or '(default)'}".strip()
         WORK.mkdir(exist_ok=True)
         self.out = WORK / f"{name}.txt"
@@ -388,10 +386,8 @@ class NgTracer(Tracer):
     def start(self) -> NgTracer:
         with open(self.errf, "wb") as err:
             t0 = time.perf_counter()
-            cpus = self.cpus
-            self.proc = subprocess.Popen(
-                self.argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=err,
+                                         start_new_session=True)
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while True:
@@ -750,7 +746,7 @@ def main() -> int:
 
 def measure(res: dict, bdf: str, counts: dict[str, int],
             bursts: dict[str, tuple[int, int]], buffer_kb: int, parts: set[str],
-            flight_rounds: int = 6) -> None:
+            flight_rounds: int) -> None:
     """All the guest measurements (those of parts), into res."""
     res["zero_loss"] = {}
     warm_up(None, counts)
@@ -874,11 +870,10 @@ NG_MODES = (("ng_emulate", []), ("ng_singlestep", ["--singlestep"]))
 
 def ng_tracer(res: dict, bdf: str, counts: dict[str, int],
               bursts: dict[str, tuple[int, int]],
-              modes: tuple[tuple[str, list[str]], ...] = NG_MODES,
-              cpus: set[int] | None = None) -> None:
+              modes: tuple[tuple[str, list[str]], ...] = NG_MODES) -> None:
     for mode, extra in modes:
         log(f"{mode}: starting mmiotrace-ng {' '.join(extra)}")
-        ng = NgTracer(bdf, extra, mode, cpus).start()
+        ng = NgTracer(bdf, extra, mode).start()
         try:
             log(f"{mode}: ready after {ng.startup_s:.1f} s")
             warm_up(ng, counts)
