@@ -85,6 +85,7 @@
 #define NG_SPARE_MAX_BYTES	(1024 * 1024)
 
 struct ng_mapping;
+struct ng_compat_plan;
 
 /*
  * A physical range to trace (a BAR of any size and alignment).  An armed
@@ -137,6 +138,8 @@ struct ng_mapping {
 	unsigned long base;	/* virt & PAGE_MASK */
 	unsigned long len;	/* bytes from base, whole pages */
 	bool live;		/* armed and listed (ng_lock) */
+	/* pages[] all of one size: log2 of it (page i at base + i << shift); else 0 */
+	u8 page_shift;
 	unsigned int npages;
 	unsigned int capacity;	/* entries pages[] has room for */
 	struct ng_page pages[];
@@ -283,8 +286,8 @@ void ng_report_unarmed(const struct mmiotng_map *ev, unsigned int level);
 void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 		    unsigned long addr, unsigned long ip,
 		    const u8 *bytes, unsigned int nbytes);
-void ng_fill_compat(struct mmiotng_access *acc, const u8 *bytes,
-		    unsigned int nbytes, const struct pt_regs *regs);
+void ng_fill_compat(struct mmiotng_access *acc, const struct ng_compat_plan *plan,
+		    const struct pt_regs *regs);
 
 /* mmiotng_fault.c */
 struct ftrace_ops;

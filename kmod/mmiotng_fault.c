@@ -77,11 +77,18 @@ unsigned int ng_mode = MMIOTNG_MODE_EMULATE;
 
 /* ---- emulation ------------------------------------------------------ */
 
+/* An instruction decoded, and what the kernel's tracer makes of it */
+struct ng_decoding {
+	struct ng_insn insn;
+	struct ng_compat_plan plan;
+};
+
 struct ng_emu_ctx {
 	struct pt_regs *regs;
 	const u8 *bytes;
 	unsigned int nbytes;
 	const struct ng_insn *insn;
+	const struct ng_compat_plan *plan;
 	/* the mapping the fault was on: the access is most likely in it */
 	struct ng_mapping *m;
 	/* a load waits for the registers it sets before it is reported */
@@ -220,7 +227,7 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 	 * registers hold; a plain load is reported once its register is set.
 	 */
 	if (ng_is_string(c->insn)) {
-		ng_fill_compat(&c->acc, c->bytes, c->nbytes, c->regs);
+		ng_fill_compat(&c->acc, c->plan, c->regs);
 		ng_emit(c);
 	} else {
 		c->pending = true;
@@ -269,7 +276,7 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 	}
 	ng_describe(c, m, addr, MMIOTNG_OP_WRITE, width, val);
 	/* the kernel's tracer sees the registers as they are before the store */
-	ng_fill_compat(&c->acc, c->bytes, c->nbytes, c->regs);
+	ng_fill_compat(&c->acc, c->plan, c->regs);
 	/*
 	 * Reported before the store: what the store makes the device do (an
 	 * interrupt, on any CPU) is then recorded after it.
@@ -357,8 +364,9 @@ static atomic_t ng_user_inflight = ATOMIC_INIT(0);
 /* Emulate the faulting instruction. */
 static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mapping *m,
 					   unsigned long addr, const u8 *bytes,
-					   unsigned int nbytes, const struct ng_insn *insn)
+					   unsigned int nbytes, const struct ng_decoding *dec)
 {
+	const struct ng_insn *insn = &dec->insn;
 	/* c.acc is written whole by ng_describe() before any use: not zeroed */
 	struct ng_emu_ctx c __uninitialized;
 	struct ng_user_page *u;
@@ -368,6 +376,7 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	c.bytes = bytes;
 	c.nbytes = nbytes;
 	c.insn = insn;
+	c.plan = &dec->plan;
 	c.m = m;
 	c.pending = false;
 	c.user_addr = 0;
@@ -379,7 +388,7 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 			 clamp_val(READ_ONCE(ng_rep_chunk), 1, NG_REP_CHUNK_MAX));
 	if (c.pending) {
 		/* the load is done and its register set: report it now */
-		ng_fill_compat(&c.acc, bytes, nbytes, regs);
+		ng_fill_compat(&c.acc, &dec->plan, regs);
 		ng_emit(&c);
 	}
 	/*
@@ -541,6 +550,28 @@ static bool ng_fault_raced(unsigned long address)
  * exerciser's loops) can be run so.  Nothing is reported; an instruction
  * the decoder does not know is single-stepped as in the other modes.
  */
+/* A word of p at offset off */
+static u64 ng_word(const u8 *p, unsigned int off)
+{
+	u64 w;
+
+	memcpy(&w, p + off, sizeof(w));
+	return w;
+}
+
+/*
+ * memcmp() == 0 for n <= 24 (NG_COMPAT_MAX_BYTES): three words, the last
+ * overlapping the second (memcmp goes a byte at a time).
+ */
+static bool ng_same_bytes(const u8 *a, const u8 *b, unsigned int n)
+{
+	BUILD_BUG_ON(NG_COMPAT_MAX_BYTES > 3 * sizeof(u64));
+	if (n < sizeof(u64))
+		return !memcmp(a, b, n);
+	return ng_word(a, 0) == ng_word(b, 0) && ng_word(a, n - 8) == ng_word(b, n - 8) &&
+	       (n <= 16 || ng_word(a, 8) == ng_word(b, 8));
+}
+
 struct ng_skip {
 	unsigned long ip;
 	unsigned int len;
@@ -559,7 +590,7 @@ static bool ng_trap_only(struct pt_regs *regs, bool nested)
 
 	if (!nested && k->ip == regs->ip && k->len &&
 	    !copy_from_kernel_nofault(bytes, (void *)regs->ip, k->len) &&
-	    !memcmp(bytes, k->bytes, k->len)) {
+	    ng_same_bytes(bytes, k->bytes, k->len)) {
 		regs->ip += k->len;
 		return true;
 	}
@@ -590,35 +621,41 @@ struct ng_decoded {
 	unsigned long ip;
 	unsigned int nbytes;
 	u8 bytes[NG_COMPAT_MAX_BYTES];
-	struct ng_insn insn;
+	struct ng_decoding dec;
 };
 
 static DEFINE_PER_CPU(struct ng_decoded [NG_DECODED], ng_decoded);
 
 /*
- * ng_decode() of the instruction at ip, through the cache: the decoding
- * (the cache's entry itself at level 0, which only this CPU's level 0
- * touches, with interrupts off: no copy), NULL if unknown.  A nested fault
- * decodes into buf.
+ * ng_decode() of the instruction at ip, and what the kernel's tracer would
+ * make of it (ng_compat_plan), through the cache: the entry itself at
+ * level 0, which only this CPU's level 0 touches, with interrupts off: no
+ * copy.  NULL if unknown.  A nested fault decodes into buf.
  */
-static const struct ng_insn *ng_decode_cached(unsigned long ip, const u8 *bytes,
-					      unsigned int nbytes, struct ng_insn *buf,
-					      bool nested)
+static const struct ng_decoding *ng_decode_cached(unsigned long ip, const u8 *bytes,
+						  unsigned int nbytes, struct ng_decoding *buf,
+						  bool nested)
 {
 	struct ng_decoded *d;
 
-	if (nested)
-		return ng_decode(bytes, nbytes, buf) ? NULL : buf;
+	if (nested) {
+		if (ng_decode(bytes, nbytes, &buf->insn))
+			return NULL;
+		ng_compat_plan(bytes, nbytes, &buf->plan);
+		return buf;
+	}
 	d = &this_cpu_ptr(ng_decoded)[(ip ^ (ip >> 6)) & (NG_DECODED - 1)];
-	if (d->ip == ip && d->nbytes == nbytes && !memcmp(d->bytes, bytes, nbytes))
-		return &d->insn;
+	if (d->ip == ip && d->nbytes == nbytes && ng_same_bytes(d->bytes, bytes, nbytes))
+		return &d->dec;
 	d->ip = 0;	/* no entry while it is rewritten */
-	if (ng_decode(bytes, nbytes, &d->insn))
+	if (ng_decode(bytes, nbytes, &d->dec.insn))
 		return NULL;
+	/* its failure leaves a plan of an unknown access: as good as any */
+	ng_compat_plan(bytes, nbytes, &d->dec.plan);
 	d->nbytes = nbytes;
 	memcpy(d->bytes, bytes, nbytes);
 	d->ip = ip;
-	return &d->insn;
+	return &d->dec;
 }
 
 enum ng_fault_result { NG_NOT_OURS, NG_HANDLED, NG_FAULT_IN_USER, NG_YIELD_CPU };
@@ -664,7 +701,8 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	unsigned int level = ng_level();
 	/* no zeroing (INIT_STACK_ALL_ZERO): one element per pass under TCG */
 	u8 bytes[NG_COMPAT_MAX_BYTES] __uninitialized;
-	struct ng_insn buf __uninitialized;
+	struct ng_decoding buf __uninitialized;
+	const struct ng_decoding *dec;
 	const struct ng_insn *insn;
 	enum ng_emu_result emu;
 	struct ng_mapping *m;
@@ -705,7 +743,8 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	if (level && mode == MMIOTNG_MODE_SINGLESTEP)
 		mode = MMIOTNG_MODE_EMULATE;
 	nbytes = ng_fetch_insn(regs->ip, bytes);
-	insn = nbytes ? ng_decode_cached(regs->ip, bytes, nbytes, &buf, nested) : NULL;
+	dec = nbytes ? ng_decode_cached(regs->ip, bytes, nbytes, &buf, nested) : NULL;
+	insn = dec ? &dec->insn : NULL;
 	decoded = insn;
 	if (decoded && ng_smap_refuses(insn, regs)) {
 		res = ng_untrap(m, address, level, -EPERM) ? NG_HANDLED : NG_NOT_OURS;
@@ -713,7 +752,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	}
 	forced = !level && ng_step_forced(regs);
 	if (decoded && mode == MMIOTNG_MODE_EMULATE && !forced) {
-		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, insn);
+		emu = ng_emulate_fault(regs, m, address, bytes, nbytes, dec);
 		if (emu == NG_EMULATED || emu == NG_YIELD) {
 			this_cpu_inc(ng_stats.emulated);
 			/* as for a fault-in: a task that sleeps in the module holds it */

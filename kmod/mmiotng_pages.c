@@ -242,6 +242,17 @@ static bool ng_level_ok(unsigned long addr, unsigned int level)
 	return ng_level_known(level) && IS_ALIGNED(addr, ng_level_size(level));
 }
 
+/* log2 of the size of m's pages if all are of one size, else 0. */
+static u8 ng_uniform_shift(const struct ng_mapping *m)
+{
+	unsigned int i;
+
+	for (i = 1; i < m->npages; i++)
+		if (m->pages[i].level != m->pages[0].level)
+			return 0;
+	return m->npages ? ilog2(ng_level_size(m->pages[0].level)) : 0;
+}
+
 /*
  * Describe the pages of [base, base + len): every one must be present at
  * the 4K, 2M or 1G level and map the physical range the mapping claims.
@@ -274,13 +285,25 @@ static int ng_collect_pages(struct ng_mapping *m)
 		n++;
 	}
 	m->npages = n;
+	m->page_shift = ng_uniform_shift(m);
 	return 0;
 }
 
-/* The page of m that holds addr (pages[] is in address order), or NULL. */
+/*
+ * The page of m that holds addr (pages[] is in address order), or NULL:
+ * found by its index where all pages are of one size (any mapping of 4K
+ * entries), else by a binary search.
+ */
 struct ng_page *ng_find_page(struct ng_mapping *m, unsigned long addr)
 {
 	unsigned int lo = 0, hi = m->npages;
+	unsigned long i;
+
+	if (m->page_shift) {
+		/* below base: a huge index, as past the end */
+		i = (addr - m->base) >> m->page_shift;
+		return i < m->npages ? &m->pages[i] : NULL;
+	}
 
 	while (lo < hi) {
 		unsigned int mid = lo + (hi - lo) / 2;

@@ -63,6 +63,16 @@ struct ng_deferred_cpu {
 static struct ng_deferred_cpu __percpu *ng_deferred;
 static DEFINE_PER_CPU(struct irq_work, ng_deferred_iw);
 
+/*
+ * Counted up by every queueing on this CPU (any level above 0), and the
+ * count level 0 last emptied the queues at: equal, nothing is queued, and
+ * the fault path does not look at each queue.  A context that queues runs
+ * to its end on top of level 0 on the same CPU, so level 0 sees its count
+ * only with its records.
+ */
+static DEFINE_PER_CPU(unsigned int, ng_deferred_gen);
+static DEFINE_PER_CPU(unsigned int, ng_deferred_seen);
+
 static void ng_defer(const struct mmiotng_access *a, unsigned int level)
 {
 	struct ng_deferred *q = &this_cpu_ptr(ng_deferred)->q[level];
@@ -78,6 +88,7 @@ static void ng_defer(const struct mmiotng_access *a, unsigned int level)
 		/* the record before the head that shows it (one CPU) */
 		smp_store_release(&q->head, q->head + 1);
 	}
+	this_cpu_inc(ng_deferred_gen);
 	irq_work_queue(this_cpu_ptr(&ng_deferred_iw));
 }
 
@@ -94,6 +105,7 @@ static void ng_defer_map(const struct mmiotng_map *ev, unsigned int level)
 		/* the event before the head that shows it (one CPU) */
 		smp_store_release(&q->map_head, q->map_head + 1);
 	}
+	this_cpu_inc(ng_deferred_gen);
 	irq_work_queue(this_cpu_ptr(&ng_deferred_iw));
 }
 
@@ -139,8 +151,13 @@ static void ng_trace_map(const struct mmiotng_map *ev)
 static void ng_report_deferred(void)
 {
 	struct ng_deferred *q = this_cpu_ptr(ng_deferred)->q;
-	unsigned int i, lost;
+	unsigned int i, lost, gen = this_cpu_read(ng_deferred_gen);
 
+	if (gen == this_cpu_read(ng_deferred_seen))
+		return;
+	/* what is queued from here on counts again: emptied next time */
+	this_cpu_write(ng_deferred_seen, gen);
+	barrier();
 	for (i = 1; i < NG_LEVELS; i++) {
 		/* pairs with ng_defer*(): the slot is filled before the head moves */
 		while (q[i].map_tail != smp_load_acquire(&q[i].map_head)) {
@@ -294,14 +311,10 @@ void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
 }
 
 /* What the kernel's mmiotrace would print for this access. */
-void ng_fill_compat(struct mmiotng_access *acc, const u8 *bytes,
-		    unsigned int nbytes, const struct pt_regs *regs)
+void ng_fill_compat(struct mmiotng_access *acc, const struct ng_compat_plan *plan,
+		    const struct pt_regs *regs)
 {
-	u8 op, width;
-	u64 value;
-
-	ng_compat(bytes, nbytes, regs, &op, &width, &value);
-	acc->compat_op = op;
-	acc->compat_width = width;
-	acc->compat_value = value;
+	acc->compat_op = plan->op;
+	acc->compat_width = plan->width;
+	acc->compat_value = ng_compat_value(plan, regs);
 }

@@ -77,8 +77,7 @@ struct ng_step {
 	struct ng_insn insn;
 	bool decoded;
 	bool active;
-	u8 bytes[NG_COMPAT_MAX_BYTES];
-	unsigned int nbytes;
+	struct ng_compat_plan plan;
 	struct mmiotng_access acc;
 };
 
@@ -269,7 +268,8 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 	s->nredir = 0;
 	/* the record describes the registers as they are before the step */
 	ng_fill_access(&s->acc, m, addr, regs->ip, bytes, nbytes);
-	ng_fill_compat(&s->acc, bytes, nbytes, regs);
+	ng_compat_plan(bytes, nbytes, &s->plan);
+	ng_fill_compat(&s->acc, &s->plan, regs);
 	s->ip = regs->ip;
 	s->task = current;
 	s->nofault = ng_step_may_touch_user(regs, insn, decoded);
@@ -279,8 +279,6 @@ void ng_step_start(struct pt_regs *regs, struct ng_mapping *m,
 	s->decoded = decoded;
 	if (decoded)
 		s->insn = *insn;
-	memcpy(s->bytes, bytes, nbytes);
-	s->nbytes = nbytes;
 	s->acc.flags = MMIOTNG_F_SINGLESTEP;
 	if (decoded && !ng_insn_is_load(insn) && insn->kind != NG_KIND_MOVS) {
 		s->acc.op = MMIOTNG_OP_WRITE;
@@ -326,7 +324,7 @@ static void ng_step_finish(struct ng_step *s, struct pt_regs *regs)
 		acc->op = MMIOTNG_OP_READ;
 		acc->width = s->insn.mem_width;
 		acc->value = ng_operand_value(&s->insn, regs);
-		ng_fill_compat(acc, s->bytes, s->nbytes, regs);
+		ng_fill_compat(acc, &s->plan, regs);
 	} else if (!s->decoded || s->insn.kind == NG_KIND_MOVS) {
 		acc->op = MMIOTNG_OP_UNKNOWN;
 		acc->width = 0;

@@ -8,27 +8,24 @@
 /* ------------------------------------------------------------------ */
 /* Registers */
 
+/* Where each register is in struct pt_regs, by its number */
+static const u8 ng_gpr_off[16] = {
+	offsetof(struct pt_regs, ax), offsetof(struct pt_regs, cx),
+	offsetof(struct pt_regs, dx), offsetof(struct pt_regs, bx),
+	offsetof(struct pt_regs, sp), offsetof(struct pt_regs, bp),
+	offsetof(struct pt_regs, si), offsetof(struct pt_regs, di),
+	offsetof(struct pt_regs, r8), offsetof(struct pt_regs, r9),
+	offsetof(struct pt_regs, r10), offsetof(struct pt_regs, r11),
+	offsetof(struct pt_regs, r12), offsetof(struct pt_regs, r13),
+	offsetof(struct pt_regs, r14), offsetof(struct pt_regs, r15),
+};
+
 unsigned long *ng_gpr(struct pt_regs *regs, unsigned int no)
 {
-	switch (no) {
-	case 0: return &regs->ax;
-	case 1: return &regs->cx;
-	case 2: return &regs->dx;
-	case 3: return &regs->bx;
-	case 4: return &regs->sp;
-	case 5: return &regs->bp;
-	case 6: return &regs->si;
-	case 7: return &regs->di;
-	case 8: return &regs->r8;
-	case 9: return &regs->r9;
-	case 10: return &regs->r10;
-	case 11: return &regs->r11;
-	case 12: return &regs->r12;
-	case 13: return &regs->r13;
-	case 14: return &regs->r14;
-	case 15: return &regs->r15;
-	default: return NULL;
-	}
+	/* a table, not a switch: no chain of compares (no jump tables here) */
+	if (no >= sizeof(ng_gpr_off))
+		return NULL;
+	return (unsigned long *)((u8 *)regs + ng_gpr_off[no]);
 }
 
 static unsigned long ng_gpr_val(const struct pt_regs *regs, unsigned int no)
@@ -541,13 +538,16 @@ static bool ng_compat_prefix(u8 b)
 	}
 }
 
-int ng_compat(const u8 *insn, unsigned int avail, const struct pt_regs *regs,
-	      u8 *op, u8 *width, u64 *value)
+int ng_compat_plan(const u8 *insn, unsigned int avail, struct ng_compat_plan *p)
 {
 	bool opsz = false, rexw = false, rexr = false, rex = false;
 	unsigned int pos = 0, opc, regw, regno;
 	u8 b, modrm;
 
+	p->op = NG_OP_UNKNOWN;
+	p->width = 0;
+	p->reg = NG_COMPAT_CONST;
+	p->value = 0;
 	/* Any run of prefixes; REX bits accumulate */
 	for (;;) {
 		if (pos >= avail)
@@ -586,57 +586,84 @@ int ng_compat(const u8 *insn, unsigned int avail, const struct pt_regs *regs,
 	/* Its memory width */
 	switch (opc) {
 	case 0x88: case 0x8a: case 0xaa: case 0xc6: case 0x0fb6: case 0x0fbe:
-		*width = 1;
+		p->width = 1;
 		break;
 	case 0x0fb7: case 0x0fbf:
-		*width = 2;
+		p->width = 2;
 		break;
 	case 0xc7:
-		*width = opsz ? 2 : 4;	/* REX.W ignored */
+		p->width = opsz ? 2 : 4;	/* REX.W ignored */
 		break;
 	case 0x89: case 0x8b: case 0xab:
-		*width = regw;
+		p->width = regw;
 		break;
 	default:
 		/* unknown: the first three bytes, whatever they are */
 		if (avail < 3)
 			return -EINVAL;
-		*op = NG_OP_UNKNOWN;
-		*width = 0;
-		*value = ((u64)insn[0] << 16) | ((u64)insn[1] << 8) | insn[2];
+		p->value = ((u64)insn[0] << 16) | ((u64)insn[1] << 8) | insn[2];
 		return 0;
 	}
 
 	if (opc == 0xc6 || opc == 0xc7) {
 		/* ModRM, then a displacement; a SIB byte is not skipped */
 		if (pos >= avail)
-			return -EINVAL;
+			goto einval;
 		modrm = insn[pos++];
 		if ((modrm >> 6) == 1)
 			pos += 1;
 		else if ((modrm >> 6) == 2 || (modrm & 0xc7) == 0x05)
 			pos += 4;
 		if (pos > avail || regw > avail - pos)
-			return -EINVAL;
-		*op = NG_OP_WRITE;
-		*value = ng_le(insn + pos, regw);
+			goto einval;
+		p->op = NG_OP_WRITE;
+		p->value = ng_le(insn + pos, regw);
 		return 0;
 	}
 
-	*op = (opc == 0x88 || opc == 0x89 || opc == 0xaa || opc == 0xab) ?
-	      NG_OP_WRITE : NG_OP_READ;
 	if (opc == 0xaa || opc == 0xab) {
 		regno = NG_REG_AX;	/* stos: no ModRM read */
 	} else {
 		if (pos >= avail)
-			return -EINVAL;
+			goto einval;
 		regno = ((insn[pos] >> 3) & 7) | (rexr ? 8 : 0);
 	}
+	p->op = (opc == 0x88 || opc == 0x89 || opc == 0xaa || opc == 0xab) ?
+		NG_OP_WRITE : NG_OP_READ;
+	if (regw == 1 && !rex && regno >= 4) {
+		p->reg = regno - 4;
+		p->high8 = true;
+		p->value = 0xff;
+	} else {
+		p->reg = regno;
+		p->high8 = false;
+		p->value = ng_mask(regw);
+	}
+	return 0;
+einval:
+	p->width = 0;
+	return -EINVAL;
+}
+
+u64 ng_compat_value(const struct ng_compat_plan *p, const struct pt_regs *regs)
+{
+	if (p->reg == NG_COMPAT_CONST)
+		return p->value;
 	if (!regs)
-		*value = 0;
-	else if (regw == 1 && !rex && regno >= 4)
-		*value = (ng_gpr_val(regs, regno - 4) >> 8) & 0xff;
-	else
-		*value = ng_gpr_val(regs, regno) & ng_mask(regw);
+		return 0;
+	return (ng_gpr_val(regs, p->reg) >> (p->high8 ? 8 : 0)) & p->value;
+}
+
+int ng_compat(const u8 *insn, unsigned int avail, const struct pt_regs *regs,
+	      u8 *op, u8 *width, u64 *value)
+{
+	struct ng_compat_plan p;
+	int ret = ng_compat_plan(insn, avail, &p);
+
+	if (ret)
+		return ret;
+	*op = p.op;
+	*width = p.width;
+	*value = ng_compat_value(&p, regs);
 	return 0;
 }

@@ -20,6 +20,7 @@
 
 #ifdef NG_DECODE_HOST
 #include <stdbool.h>
+#include <stddef.h>
 #include <errno.h>
 #include <string.h>
 
@@ -63,6 +64,7 @@ struct pt_regs {
 #else
 #include <linux/types.h>
 #include <linux/errno.h>
+#include <linux/stddef.h>
 #include <linux/string.h>
 #include <asm/ptrace.h>
 #endif
@@ -302,5 +304,46 @@ int ng_emulate(const struct ng_insn *insn, struct pt_regs *regs,
  */
 int ng_compat(const u8 *insn, unsigned int avail, const struct pt_regs *regs,
 	      u8 *op, u8 *width, u64 *value);
+
+/* ng_compat_plan(): the value is that constant */
+#define NG_COMPAT_CONST	0xff
+
+/**
+ * struct ng_compat_plan - what ng_compat() finds in the bytes alone
+ * @op: NG_OP_READ, NG_OP_WRITE or NG_OP_UNKNOWN
+ * @width: the width it reports (0 for unknown)
+ * @reg: the register the value is taken from, or NG_COMPAT_CONST
+ * @high8: the value is bits 8-15 of @reg (AH..BH)
+ * @value: the value (NG_COMPAT_CONST), or the mask applied to the register
+ *
+ * A decoded instruction's plan can be kept with its decoding: the
+ * registers only come in through ng_compat_value().
+ */
+struct ng_compat_plan {
+	u8 op;
+	u8 width;
+	u8 reg;
+	bool high8;
+	u64 value;
+};
+
+/**
+ * ng_compat_plan() - the part of ng_compat() that reads only the bytes
+ * @insn: the instruction bytes (and the bytes after it)
+ * @avail: bytes readable at @insn
+ * @p: filled; on an error, an unknown access with width and value 0
+ *
+ * Return: as ng_compat().
+ */
+int ng_compat_plan(const u8 *insn, unsigned int avail, struct ng_compat_plan *p);
+
+/**
+ * ng_compat_value() - the value ng_compat() reports, from its plan
+ * @p: the plan
+ * @regs: as for ng_compat()
+ *
+ * Return: the value.
+ */
+u64 ng_compat_value(const struct ng_compat_plan *p, const struct pt_regs *regs);
 
 #endif /* NG_DECODE_H */
