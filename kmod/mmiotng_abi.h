@@ -28,7 +28,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	7
+#define MMIOTNG_ABI_VERSION	8
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*

@@ -14,26 +14,43 @@
 
 #include "mmiotng_abi.h"
 
-TRACE_EVENT(mmiotng_access,
-	    TP_PROTO(const struct mmiotng_access *a),
-	    TP_ARGS(a),
-	    TP_STRUCT__entry(__field(u64, phys)
-			     __field(u64, value)
-			     __field(u64, ip)
-			     __field(u8, width)
-			     __field(u8, op)),
-	    TP_fast_assign(__entry->phys = a->phys;
-			   __entry->value = a->value;
-			   __entry->ip = a->ip;
-			   __entry->width = a->width;
-			   __entry->op = a->op;),
-	    TP_printk("%s %u 0x%llx 0x%llx ip=%pS",
-		      __print_symbolic(__entry->op, { MMIOTNG_OP_READ, "R" },
-				       { MMIOTNG_OP_WRITE, "W" },
-				       { MMIOTNG_OP_UNKNOWN, "UNKNOWN" }),
-		      __entry->width, __entry->phys, __entry->value,
-		      (void *)__entry->ip)
+/*
+ * mmiotng_access is a writable tracepoint: a BPF program of type
+ * raw_tracepoint.w reads the record (its first argument, the buffer) with
+ * plain loads, no probe read.  The BPF side only reads it.
+ */
+DECLARE_EVENT_CLASS(mmiotng_access_class,
+		    TP_PROTO(const struct mmiotng_access *a),
+		    TP_ARGS(a),
+		    TP_STRUCT__entry(__field(u64, phys)
+				     __field(u64, value)
+				     __field(u64, ip)
+				     __field(u8, width)
+				     __field(u8, op)),
+		    TP_fast_assign(__entry->phys = a->phys;
+				   __entry->value = a->value;
+				   __entry->ip = a->ip;
+				   __entry->width = a->width;
+				   __entry->op = a->op;),
+		    TP_printk("%s %u 0x%llx 0x%llx ip=%pS",
+			      __print_symbolic(__entry->op, { MMIOTNG_OP_READ, "R" },
+					       { MMIOTNG_OP_WRITE, "W" },
+					       { MMIOTNG_OP_UNKNOWN, "UNKNOWN" }),
+			      __entry->width, __entry->phys, __entry->value,
+			      (void *)__entry->ip)
 );
+
+/* only the BPF pass of the header knows writable events (as nbd's) */
+#ifdef DEFINE_EVENT_WRITABLE
+DEFINE_EVENT_WRITABLE(mmiotng_access_class, mmiotng_access,
+		      TP_PROTO(const struct mmiotng_access *a),
+		      TP_ARGS(a),
+		      sizeof(struct mmiotng_access));
+#else
+DEFINE_EVENT(mmiotng_access_class, mmiotng_access,
+	     TP_PROTO(const struct mmiotng_access *a),
+	     TP_ARGS(a));
+#endif
 
 TRACE_EVENT(mmiotng_mark,
 	    TP_PROTO(const char *text, u32 len),

@@ -48,6 +48,7 @@ def source_dir(name: str) -> Path:
 
 BPF_PROG_TYPE_KPROBE = 2
 BPF_PROG_TYPE_RAW_TRACEPOINT = 17
+BPF_PROG_TYPE_RAW_TRACEPOINT_WRITABLE = 24
 # Kprobes are made by the kprobe PMU (bpfsys.attach_kprobe), never as
 # tracefs events, which would outlive a killed tracer.  A return probe has
 # the kernel's default number of instances (2 per CPU, at least 10); a

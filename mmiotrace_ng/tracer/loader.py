@@ -13,6 +13,7 @@ from ..common import bpfsys
 from ..common.bpfload import (
     BPF_PROG_TYPE_KPROBE,
     BPF_PROG_TYPE_RAW_TRACEPOINT,
+    BPF_PROG_TYPE_RAW_TRACEPOINT_WRITABLE,
     LoaderError,
     compiled,
     create_maps,
@@ -101,6 +102,9 @@ DMA_TRACEPOINTS = {
 DMA_NOT_HERE = ("this kernel has no dma tracepoints (Linux 6.12 and later have them): DMA "
                 "mappings are not traced")
 RAW_TRACEPOINT_PROGRAMS = (*TRACEPOINT_PROGRAMS, *IRQ_TRACEPOINTS, *DMA_TRACEPOINTS)
+# Those that read the tracepoint's buffer in place: the helper's access
+# tracepoint is writable (its buffer the record), so no probe read copies it.
+WRITABLE_TRACEPOINT_PROGRAMS = ("on_access",)
 
 
 def start_compile() -> None:
@@ -165,7 +169,8 @@ class Probes:
         for name in names:
             if name in self.progs:
                 continue
-            kind = (BPF_PROG_TYPE_RAW_TRACEPOINT if name in RAW_TRACEPOINT_PROGRAMS
+            kind = (BPF_PROG_TYPE_RAW_TRACEPOINT_WRITABLE if name in WRITABLE_TRACEPOINT_PROGRAMS
+                    else BPF_PROG_TYPE_RAW_TRACEPOINT if name in RAW_TRACEPOINT_PROGRAMS
                     else BPF_PROG_TYPE_KPROBE)
             self.progs[name] = fd = load_program(kind, name, self._obj, self._by_old)
             self.fds.append(fd)
