@@ -81,6 +81,7 @@ unsigned int ng_mode = MMIOTNG_MODE_EMULATE;
 struct ng_decoding {
 	struct ng_insn insn;
 	struct ng_compat_plan plan;
+	bool plain;		/* ng_plain_move(&insn) */
 };
 
 struct ng_emu_ctx {
@@ -89,6 +90,7 @@ struct ng_emu_ctx {
 	unsigned int nbytes;
 	const struct ng_insn *insn;
 	const struct ng_compat_plan *plan;
+	bool plain;		/* ng_plain_move(insn) */
 	/* the mapping the fault was on: the access is most likely in it */
 	struct ng_mapping *m;
 	/* a load waits for the registers it sets before it is reported */
@@ -286,6 +288,47 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 	return 0;
 }
 
+/*
+ * The common access, made without the general emulator's callbacks
+ * (ng_emulate, ng_emu_ops: they cost as much again): a plain load or
+ * store (ng_plain_move: c->plain) at the faulting address, all of it inside that
+ * 4K page and inside the traced range.  In the same order as theirs: a
+ * store is reported before it is made, a load once its register is set.
+ * -EAGAIN, nothing done: not such an access (the general way does it).
+ */
+static int ng_emulate_plain(struct ng_emu_ctx *c, unsigned long addr)
+{
+	const struct ng_insn *insn = c->insn;
+	struct pt_regs *regs = c->regs;
+	unsigned int w = insn->mem_width;
+	struct ng_page *pg;
+	void __iomem *io;
+	u64 val;
+
+	if (!c->plain || ng_modrm_ea(insn, regs) != addr ||
+	    (addr & ~PAGE_MASK) + w > PAGE_SIZE || !ng_reported(c->m, addr, w))
+		return -EAGAIN;
+	pg = ng_find_page(c->m, addr);
+	io = pg ? ng_window_map(pg, addr, NULL, w) : NULL;
+	if (!io)
+		return -EAGAIN;
+	if (insn->kind == NG_KIND_STORE || insn->kind == NG_KIND_STORE_IMM) {
+		val = ng_store_value(insn, regs);
+		ng_describe(c, c->m, addr, MMIOTNG_OP_WRITE, w, val);
+		ng_fill_compat(&c->acc, c->plan, regs);
+		ng_emit(c);
+		ng_io_write(io, w, val);
+	} else {
+		val = ng_io_read(io, w);
+		ng_load_result(insn, regs, val);
+		ng_describe(c, c->m, addr, MMIOTNG_OP_READ, w, val);
+		ng_fill_compat(&c->acc, c->plan, regs);
+		ng_emit(c);
+	}
+	regs->ip += insn->len;
+	return 0;
+}
+
 static const struct ng_mem_ops ng_emu_ops = {
 	.read = ng_emu_read,
 	.write = ng_emu_write,
@@ -377,15 +420,17 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	c.nbytes = nbytes;
 	c.insn = insn;
 	c.plan = &dec->plan;
+	c.plain = dec->plain;
 	c.m = m;
 	c.pending = false;
 	c.user_addr = 0;
 	c.user_len = 0;
 	c.user_write = false;
 
-	/* at least 1: ng_emulate() takes 0 for no limit */
-	ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c,
-			 clamp_val(READ_ONCE(ng_rep_chunk), 1, NG_REP_CHUNK_MAX));
+	ret = ng_emulate_plain(&c, addr);
+	if (ret == -EAGAIN)	/* at least 1: ng_emulate() takes 0 for no limit */
+		ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c,
+				 clamp_val(READ_ONCE(ng_rep_chunk), 1, NG_REP_CHUNK_MAX));
 	if (c.pending) {
 		/* the load is done and its register set: report it now */
 		ng_fill_compat(&c.acc, &dec->plan, regs);
@@ -551,7 +596,7 @@ static bool ng_fault_raced(unsigned long address)
  * the decoder does not know is single-stepped as in the other modes.
  */
 /* A word of p at offset off */
-static u64 ng_word(const u8 *p, unsigned int off)
+static __always_inline u64 ng_word(const u8 *p, unsigned int off)
 {
 	u64 w;
 
@@ -566,8 +611,12 @@ static u64 ng_word(const u8 *p, unsigned int off)
 static bool ng_same_bytes(const u8 *a, const u8 *b, unsigned int n)
 {
 	BUILD_BUG_ON(NG_COMPAT_MAX_BYTES > 3 * sizeof(u64));
-	if (n < sizeof(u64))
-		return !memcmp(a, b, n);
+	if (n < sizeof(u64)) {
+		while (n--)
+			if (*a++ != *b++)
+				return false;
+		return true;
+	}
 	return ng_word(a, 0) == ng_word(b, 0) && ng_word(a, n - 8) == ng_word(b, n - 8) &&
 	       (n <= 16 || ng_word(a, 8) == ng_word(b, 8));
 }
@@ -642,6 +691,7 @@ static const struct ng_decoding *ng_decode_cached(unsigned long ip, const u8 *by
 		if (ng_decode(bytes, nbytes, &buf->insn))
 			return NULL;
 		ng_compat_plan(bytes, nbytes, &buf->plan);
+		buf->plain = ng_plain_move(&buf->insn);
 		return buf;
 	}
 	d = &this_cpu_ptr(ng_decoded)[(ip ^ (ip >> 6)) & (NG_DECODED - 1)];
@@ -652,6 +702,7 @@ static const struct ng_decoding *ng_decode_cached(unsigned long ip, const u8 *by
 		return NULL;
 	/* its failure leaves a plan of an unknown access: as good as any */
 	ng_compat_plan(bytes, nbytes, &d->dec.plan);
+	d->dec.plain = ng_plain_move(&d->dec.insn);
 	d->nbytes = nbytes;
 	memcpy(d->bytes, bytes, nbytes);
 	d->ip = ip;

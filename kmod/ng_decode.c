@@ -461,6 +461,40 @@ static int ng_emulate_string(const struct ng_insn *insn,
 	return 0;
 }
 
+bool ng_plain_move(const struct ng_insn *insn)
+{
+	switch (insn->kind) {
+	case NG_KIND_LOAD:
+	case NG_KIND_STORE:
+	case NG_KIND_STORE_IMM:
+	case NG_KIND_MOVZX:
+	case NG_KIND_MOVSX:
+		break;
+	default:
+		return false;
+	}
+	if (!ng_valid_width(insn->mem_width) || insn->len == 0 ||
+	    insn->len > NG_INSN_MAX_LEN || !insn->has_modrm)
+		return false;
+	return insn->kind == NG_KIND_STORE_IMM ||
+	       (insn->reg <= 15 && ng_valid_width(insn->reg_width));
+}
+
+u64 ng_store_value(const struct ng_insn *insn, const struct pt_regs *regs)
+{
+	u64 val = insn->kind == NG_KIND_STORE_IMM ? insn->imm :
+		  ng_reg_get(regs, insn->reg, insn->reg_width, insn->high8);
+
+	return val & ng_mask(insn->mem_width);
+}
+
+void ng_load_result(const struct ng_insn *insn, struct pt_regs *regs, u64 val)
+{
+	if (insn->kind == NG_KIND_MOVSX)
+		val = ng_sext(val, insn->mem_width);
+	ng_reg_set(regs, insn->reg, insn->reg_width, insn->high8, val);
+}
+
 int ng_emulate(const struct ng_insn *insn, struct pt_regs *regs,
 	       unsigned long fault_addr, const struct ng_mem_ops *ops,
 	       void *ctx, unsigned long max_elems)
@@ -473,49 +507,23 @@ int ng_emulate(const struct ng_insn *insn, struct pt_regs *regs,
 	if (!ng_valid_width(w) || insn->len == 0 ||
 	    insn->len > NG_INSN_MAX_LEN)
 		return -EINVAL;
-
-	switch (insn->kind) {
-	case NG_KIND_MOVS:
-	case NG_KIND_STOS:
+	if (insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS)
 		return ng_emulate_string(insn, regs, fault_addr, ops, ctx,
 					 max_elems);
-	case NG_KIND_LOAD:
-	case NG_KIND_STORE:
-	case NG_KIND_STORE_IMM:
-	case NG_KIND_MOVZX:
-	case NG_KIND_MOVSX:
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (!insn->has_modrm)
-		return -EINVAL;
-	if (insn->kind != NG_KIND_STORE_IMM &&
-	    (insn->reg > 15 || !ng_valid_width(insn->reg_width)))
+	if (!ng_plain_move(insn))
 		return -EINVAL;
 
 	ea = ng_modrm_ea(insn, regs);
 	if (!ng_covers(ea, w, fault_addr))
 		return -EFAULT;
 
-	switch (insn->kind) {
-	case NG_KIND_STORE:
-		val = ng_reg_get(regs, insn->reg, insn->reg_width,
-				 insn->high8);
-		ret = ng_do_write(ops, ctx, ea, w, 0, val);
-		break;
-	case NG_KIND_STORE_IMM:
-		ret = ng_do_write(ops, ctx, ea, w, 0, insn->imm);
-		break;
-	default:
+	if (insn->kind == NG_KIND_STORE || insn->kind == NG_KIND_STORE_IMM) {
+		ret = ng_do_write(ops, ctx, ea, w, 0, ng_store_value(insn, regs));
+	} else {
 		/* LOAD, MOVZX, MOVSX */
 		ret = ng_do_read(ops, ctx, ea, w, 0, &val);
-		if (ret)
-			break;
-		if (insn->kind == NG_KIND_MOVSX)
-			val = ng_sext(val, w);
-		ng_reg_set(regs, insn->reg, insn->reg_width, insn->high8, val);
-		break;
+		if (!ret)
+			ng_load_result(insn, regs, val);
 	}
 	if (ret)
 		return ret;

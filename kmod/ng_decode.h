@@ -244,6 +244,32 @@ struct ng_mem_ops {
 	void (*access)(void *ctx, const struct ng_access *acc);
 };
 
+/**
+ * ng_plain_move() - whether ng_emulate() does @insn as one plain access
+ * @insn: from ng_decode()
+ *
+ * Return: true for a load, store, store of an immediate, movzx or movsx
+ * that ng_emulate() accepts (not a string instruction).
+ */
+bool ng_plain_move(const struct ng_insn *insn);
+
+/**
+ * ng_store_value() - the value a plain store writes
+ * @insn: an ng_plain_move() store (register or immediate)
+ * @regs: the registers before it
+ *
+ * Return: the low @insn->mem_width bytes stored, as ng_emulate() writes.
+ */
+u64 ng_store_value(const struct ng_insn *insn, const struct pt_regs *regs);
+
+/**
+ * ng_load_result() - set a plain load's register, as the CPU does
+ * @insn: an ng_plain_move() load, movzx or movsx
+ * @regs: the registers
+ * @val: the value read, zero-extended from @insn->mem_width bytes
+ */
+void ng_load_result(const struct ng_insn *insn, struct pt_regs *regs, u64 val);
+
 /* ng_emulate(): stopped after @max_elems elements, rcx not yet 0 */
 #define NG_EMU_PARTIAL	1
 
