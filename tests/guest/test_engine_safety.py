@@ -1376,6 +1376,8 @@ def kprobe_event(line: str) -> None:
         os.close(fd)
 
 
+# it patches the loop's code while another vCPU runs it (conftest.py)
+@pytest.mark.single_tcg
 @pytest.mark.parametrize("mode", [[], ["--sync"]], ids=["emulate", "sync"])
 def test_a_kprobe_on_the_traced_instruction(exerciser, mode):
     """A kprobe put on wloop's writel and taken off again, round after
