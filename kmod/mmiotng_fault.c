@@ -585,16 +585,6 @@ static bool ng_fault_raced(unsigned long address)
 	return true;
 }
 
-/*
- * MMIOTNG_MODE_TRAP_ONLY (benchmarks, test_modes=1): the fault on an armed
- * page is taken and its instruction skipped, not decoded: the instruction
- * at the address (its bytes, compared on each fault, and its length) is
- * kept per CPU from the first fault there, when it is decoded.  No access
- * is made: a load leaves its register as it was, a string instruction its
- * counts, so only a driver that does not depend on what it reads (the
- * exerciser's loops) can be run so.  Nothing is reported; an instruction
- * the decoder does not know is single-stepped as in the other modes.
- */
 /* A word of p at offset off */
 static __always_inline u64 ng_word(const u8 *p, unsigned int off)
 {
@@ -621,6 +611,16 @@ static bool ng_same_bytes(const u8 *a, const u8 *b, unsigned int n)
 	       (n <= 16 || ng_word(a, 8) == ng_word(b, 8));
 }
 
+/*
+ * MMIOTNG_MODE_TRAP_ONLY (benchmarks, test_modes=1): the fault on an armed
+ * page is taken and its instruction skipped, not decoded: the instruction
+ * at the address (its bytes, compared on each fault, and its length) is
+ * kept per CPU from the first fault there, when it is decoded.  No access
+ * is made: a load leaves its register as it was, a string instruction its
+ * counts, so only a driver that does not depend on what it reads (the
+ * exerciser's loops) can be run so.  Nothing is reported; an instruction
+ * the decoder does not know is single-stepped as in the other modes.
+ */
 struct ng_skip {
 	unsigned long ip;
 	unsigned int len;
