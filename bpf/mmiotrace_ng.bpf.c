@@ -65,10 +65,14 @@ NG_SAME_SIZE(struct ng_rec_access, width, struct mmiotng_access, width);
 NG_SAME_SIZE(struct ng_rec_access, flags, struct mmiotng_access, flags);
 NG_SAME_SIZE(struct ng_rec_untraced, err, struct mmiotng_map, err);
 
-struct ng_map_cache {
+/* what on_access keeps per CPU (one lookup for both) */
+struct ng_access_cpu {
+	/* the map id of the mapping of this CPU's last access */
 	u64 virt;
 	u32 gen;	/* map_ids_gen[0] when it was looked up */
 	s32 map_id;
+	/* when this CPU's access records last let the ring buffer wake the reader */
+	u64 woken_ns;
 };
 
 struct ng_ioremap_args {
@@ -92,12 +96,9 @@ BPF_ARRAY(config, u32, NG_CONFIG_SLOTS);
  */
 BPF_HASH(hist, struct ng_hist_key, struct ng_hist_val, NG_HIST_ENTRIES);
 BPF_ARRAY(hist_full, u64, 1);
-/* when this CPU's access records last let the ring buffer wake the reader */
-BPF_PERCPU_ARRAY(woken_ns, u64, 1);
-/* [0]: bumped after every change of map_ids (map_cache's entries are of one) */
+/* [0]: bumped after every change of map_ids (access_cpu's ids are of one) */
 BPF_ARRAY(map_ids_gen, u32, 1);
-/* the map id of the mapping of this CPU's last access */
-BPF_PERCPU_ARRAY(map_cache, struct ng_map_cache, 1);
+BPF_PERCPU_ARRAY(access_cpu, struct ng_access_cpu, 1);
 /* interrupt number -> the traced device it is of (the loader fills it with
  * the lines and vectors the devices have at the start, on_setup_irq with
  * the vectors requested later)
@@ -124,16 +125,14 @@ static __always_inline void ng_map_ids_changed(void)
  * kept, valid until map_ids changes (the change is made before the bump,
  * so an id read before a change is not taken after it).
  */
-static __always_inline s32 ng_map_id(u64 virt)
+static __always_inline s32 ng_map_id(struct ng_access_cpu *c, u64 virt)
 {
-	struct ng_map_cache *c;
 	int zero = 0;
 	s32 *found;
 	u32 *gen;
 
 	gen = map_ids_gen.lookup(&zero);
-	c = map_cache.lookup(&zero);
-	if (!gen || !c)
+	if (!gen)
 		return -1;
 	if (c->virt == virt && c->gen == *gen)
 		return c->map_id;
@@ -378,16 +377,11 @@ int on_iounmap(struct pt_regs *ctx)
  * record waits at most that long, and one followed by others at most
  * NG_WAKE_NS.
  */
-static __always_inline u64 ng_access_wakeup(u64 now)
+static __always_inline u64 ng_access_wakeup(struct ng_access_cpu *c, u64 now)
 {
-	int zero = 0;
-	u64 *last = woken_ns.lookup(&zero);
-
-	if (!last)
-		return 0;
-	if (now - *last < NG_WAKE_NS)
+	if (now - c->woken_ns < NG_WAKE_NS)
 		return BPF_RB_NO_WAKEUP;
-	*last = now;
+	c->woken_ns = now;
 	return BPF_RB_FORCE_WAKEUP;
 }
 
@@ -426,11 +420,18 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	const struct mmiotng_access *a = (const void *)ctx->args[0];
 	struct mmiotng_access acc;
 	struct ng_rec_access *r;
+	struct ng_access_cpu *c;
+	int zero = 0;
 
 	__builtin_memcpy(&acc, a, sizeof(acc));
 	if (ng_config(NG_CONFIG_HISTOGRAM)) {
 		ng_count_access(&acc);
 		ng_count_drops(acc.lost);
+		return 0;
+	}
+	c = access_cpu.lookup(&zero);
+	if (!c) {		/* never: an array's slot 0 */
+		ng_count_drops(acc.lost + 1);
 		return 0;
 	}
 	/*
@@ -452,7 +453,7 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 		if (t)
 			*t += acc.lost;
 	}
-	r->map_id = ng_map_id(acc.map_virt);
+	r->map_id = ng_map_id(c, acc.map_virt);
 	r->phys = acc.phys;
 	r->value = acc.value;
 	r->compat_value = acc.compat_value;
@@ -465,7 +466,7 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	r->insn_len = acc.insn_len;
 	r->flags = acc.flags;
 	__builtin_memcpy(r->insn, acc.insn, sizeof(r->insn));
-	events.ringbuf_submit(r, ng_access_wakeup(r->hdr.ts_ns));
+	events.ringbuf_submit(r, ng_access_wakeup(c, r->hdr.ts_ns));
 	return 0;
 }
 

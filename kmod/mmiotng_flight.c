@@ -90,6 +90,9 @@ void ng_flight_access(const struct mmiotng_access *a)
 	local_t *next;
 	u64 n;
 
+	/* off, the common case: no read-side section (it is looked at again) */
+	if (!rcu_access_pointer(ng_flight))
+		return;
 	rcu_read_lock_sched_notrace();
 	f = rcu_dereference_sched(ng_flight);
 	if (!f)

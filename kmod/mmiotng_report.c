@@ -147,14 +147,12 @@ static void ng_trace_map(const struct mmiotng_map *ev)
 	local_irq_restore(flags);
 }
 
-/* Trace what NMI-like contexts queued on this CPU; level 0, interrupts off. */
-static void ng_report_deferred(void)
+/* ng_report_deferred() when something was queued since the last look */
+static noinline void ng_report_queued(unsigned int gen)
 {
 	struct ng_deferred *q = this_cpu_ptr(ng_deferred)->q;
-	unsigned int i, lost, gen = this_cpu_read(ng_deferred_gen);
+	unsigned int i, lost;
 
-	if (gen == this_cpu_read(ng_deferred_seen))
-		return;
 	/* what is queued from here on counts again: emptied next time */
 	this_cpu_write(ng_deferred_seen, gen);
 	barrier();
@@ -182,6 +180,18 @@ static void ng_report_deferred(void)
 			ng_trace(&a);
 		}
 	}
+}
+
+/*
+ * Trace what NMI-like contexts queued on this CPU; level 0, interrupts off.
+ * Inline: on every access, where the queues are almost always empty.
+ */
+static __always_inline void ng_report_deferred(void)
+{
+	unsigned int gen = this_cpu_read(ng_deferred_gen);
+
+	if (gen != this_cpu_read(ng_deferred_seen))
+		ng_report_queued(gen);
 }
 
 static void ng_deferred_irq_work(struct irq_work *w)

@@ -87,21 +87,25 @@ static unsigned long ng_cur_pcid(void)
  * PAT bit (bit 12) becomes the 4K PAT bit (bit 7, which is PSE in a large
  * entry).
  */
-static pteval_t ng_window_entry(const struct ng_page *pg, unsigned long addr)
+static pteval_t ng_large_entry(const struct ng_page *pg, unsigned long addr)
 {
-	pteval_t v = pg->saved, flags = v & PTE_FLAGS_MASK;
+	pteval_t v = pg->saved, flags = v & PTE_FLAGS_MASK & ~_PAGE_PSE;
 	phys_addr_t frame;
 
-	if (pg->level != PG_LEVEL_4K) {
-		frame = (v & PTE_PFN_MASK & ~(phys_addr_t)(ng_level_size(pg->level) - 1)) +
-			((addr - pg->addr) & PAGE_MASK);
-		flags &= ~_PAGE_PSE;
-		if (v & _PAGE_PAT_LARGE)
-			flags |= _PAGE_PAT;
-	} else {
-		frame = v & PTE_PFN_MASK;
-	}
+	frame = (v & PTE_PFN_MASK & ~(phys_addr_t)(ng_level_size(pg->level) - 1)) +
+		((addr - pg->addr) & PAGE_MASK);
+	if (v & _PAGE_PAT_LARGE)
+		flags |= _PAGE_PAT;
 	return frame | flags | _PAGE_PRESENT;
+}
+
+/* inline: on every emulated access, where the page is most often a 4K one */
+static __always_inline pteval_t ng_window_entry(const struct ng_page *pg,
+						unsigned long addr)
+{
+	if (unlikely(pg->level != PG_LEVEL_4K))
+		return ng_large_entry(pg, addr);
+	return pg->saved | _PAGE_PRESENT;
 }
 
 /* Make page i of window w show entry, for an access under pcid. */
