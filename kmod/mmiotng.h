@@ -283,11 +283,41 @@ int ng_report_init(void);
 void ng_report_exit(void);
 void ng_report_map(unsigned long virt, phys_addr_t phys, unsigned long size, int err);
 void ng_report_unarmed(const struct mmiotng_map *ev, unsigned int level);
-void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
-		    unsigned long addr, unsigned long ip,
-		    const u8 *bytes, unsigned int nbytes);
 void ng_fill_compat(struct mmiotng_access *acc, const struct ng_compat_plan *plan,
 		    const struct pt_regs *regs);
+
+/*
+ * Every field of acc written once (it may be on a stack that was not
+ * zeroed): no memset, and the instruction's bytes as one word, its bytes
+ * past nbytes cleared.  bytes holds NG_COMPAT_MAX_BYTES (>= 8), of which
+ * nbytes were fetched.
+ */
+static inline void ng_fill_access(struct mmiotng_access *acc, const struct ng_mapping *m,
+				  unsigned long addr, unsigned long ip,
+				  const u8 *bytes, unsigned int nbytes)
+{
+	unsigned int len = min_t(unsigned int, nbytes, MMIOTNG_INSN_BYTES);
+	u64 word;
+
+	BUILD_BUG_ON(sizeof(acc->insn) != sizeof(word));
+	memcpy(&word, bytes, sizeof(word));
+	if (len < MMIOTNG_INSN_BYTES)
+		word &= (1ULL << (8 * len)) - 1;	/* little-endian: the first len */
+	acc->map_virt = m->virt;
+	acc->phys = m->phys + (addr - m->virt);
+	acc->value = 0;
+	acc->compat_value = 0;
+	acc->ip = ip;
+	acc->width = 0;
+	acc->op = 0;
+	acc->compat_width = 0;
+	acc->compat_op = 0;
+	acc->insn_len = len;
+	acc->flags = 0;
+	acc->lost = 0;
+	memcpy(acc->insn, &word, sizeof(word));
+	acc->ts_ns = 0;
+}
 
 /* mmiotng_fault.c */
 struct ftrace_ops;

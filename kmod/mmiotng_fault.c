@@ -72,6 +72,9 @@
 #include "mmiotng.h"
 #include "ng_decode.h"
 
+/* ng_fill_access() reads a word of the bytes fetched */
+static_assert(MMIOTNG_INSN_BYTES <= NG_COMPAT_MAX_BYTES);
+
 DEFINE_PER_CPU(struct ng_stats, ng_stats);
 unsigned int ng_mode = MMIOTNG_MODE_EMULATE;
 
@@ -422,19 +425,22 @@ static enum ng_emu_result ng_emulate_fault(struct pt_regs *regs, struct ng_mappi
 	c.plan = &dec->plan;
 	c.plain = dec->plain;
 	c.m = m;
-	c.pending = false;
-	c.user_addr = 0;
-	c.user_len = 0;
-	c.user_write = false;
 
 	ret = ng_emulate_plain(&c, addr);
-	if (ret == -EAGAIN)	/* at least 1: ng_emulate() takes 0 for no limit */
+	if (ret == -EAGAIN) {
+		/* the rest of c: the general way's (ng_emu_ops) */
+		c.pending = false;
+		c.user_addr = 0;
+		c.user_len = 0;
+		c.user_write = false;
+		/* at least 1: ng_emulate() takes 0 for no limit */
 		ret = ng_emulate(insn, regs, addr, &ng_emu_ops, &c,
 				 clamp_val(READ_ONCE(ng_rep_chunk), 1, NG_REP_CHUNK_MAX));
-	if (c.pending) {
-		/* the load is done and its register set: report it now */
-		ng_fill_compat(&c.acc, &dec->plan, regs);
-		ng_emit(&c);
+		if (c.pending) {
+			/* the load is done and its register set: report it now */
+			ng_fill_compat(&c.acc, &dec->plan, regs);
+			ng_emit(&c);
+		}
 	}
 	/*
 	 * A partial rep resumes when the instruction faults again; in between,
@@ -658,53 +664,73 @@ static bool ng_trap_only(struct pt_regs *regs, bool nested)
 /*
  * The instructions last decoded on this CPU: a fault at the same address
  * with the same bytes (each fault of a driver's loop) reuses the decoding.
- * The bytes are compared whole, so code that changed (a module loaded where
- * another was) is decoded again.  A nested fault (in an NMI, or in a probe
- * handler that runs inside this fault's handling) does not use it: it may
- * have interrupted its update.
+ * The bytes are compared, so code that changed (a module loaded where
+ * another was) is decoded again: the instruction's own and the 4 after it
+ * that the kernel's tracer may read (NG_COMPAT_MAX_BYTES), at least the
+ * MMIOTNG_INSN_BYTES a record keeps.  A nested fault (in an NMI, or in a
+ * probe handler that runs inside this fault's handling) does not use it:
+ * it may have interrupted its update.
  */
 #define NG_DECODED	4
 static_assert((NG_DECODED & (NG_DECODED - 1)) == 0, "NG_DECODED: a power of two");
 
 struct ng_decoded {
 	unsigned long ip;
-	unsigned int nbytes;
+	unsigned int nbytes;	/* of bytes[]: those compared */
 	u8 bytes[NG_COMPAT_MAX_BYTES];
 	struct ng_decoding dec;
 };
 
 static DEFINE_PER_CPU(struct ng_decoded [NG_DECODED], ng_decoded);
 
-/*
- * ng_decode() of the instruction at ip, and what the kernel's tracer would
- * make of it (ng_compat_plan), through the cache: the entry itself at
- * level 0, which only this CPU's level 0 touches, with interrupts off: no
- * copy.  NULL if unknown.  A nested fault decodes into buf.
- */
-static const struct ng_decoding *ng_decode_cached(unsigned long ip, const u8 *bytes,
-						  unsigned int nbytes, struct ng_decoding *buf,
-						  bool nested)
+/* The bytes decoded from scratch into dec (false: unknown) */
+static bool ng_decode_into(const u8 *bytes, unsigned int nbytes, struct ng_decoding *dec)
 {
-	struct ng_decoded *d;
-
-	if (nested) {
-		if (ng_decode(bytes, nbytes, &buf->insn))
-			return NULL;
-		ng_compat_plan(bytes, nbytes, &buf->plan);
-		buf->plain = ng_plain_move(&buf->insn);
-		return buf;
-	}
-	d = &this_cpu_ptr(ng_decoded)[(ip ^ (ip >> 6)) & (NG_DECODED - 1)];
-	if (d->ip == ip && d->nbytes == nbytes && ng_same_bytes(d->bytes, bytes, nbytes))
-		return &d->dec;
-	d->ip = 0;	/* no entry while it is rewritten */
-	if (ng_decode(bytes, nbytes, &d->dec.insn))
-		return NULL;
+	if (ng_decode(bytes, nbytes, &dec->insn))
+		return false;
 	/* its failure leaves a plan of an unknown access: as good as any */
-	ng_compat_plan(bytes, nbytes, &d->dec.plan);
-	d->dec.plain = ng_plain_move(&d->dec.insn);
-	d->nbytes = nbytes;
-	memcpy(d->bytes, bytes, nbytes);
+	ng_compat_plan(bytes, nbytes, &dec->plan);
+	dec->plain = ng_plain_move(&dec->insn);
+	return true;
+}
+
+/*
+ * The instruction at ip: its bytes fetched into bytes (*nbytes of them,
+ * 0 if none could be read), ng_decode() of them and what the kernel's
+ * tracer would make of them (ng_compat_plan), through the cache: a hit
+ * fetches only the bytes it compares, and gives the entry itself (level 0,
+ * which only this CPU's level 0 touches, interrupts off: no copy).  NULL
+ * if unknown.  A nested fault decodes into buf.
+ */
+static const struct ng_decoding *ng_decode_cached(unsigned long ip, u8 *bytes,
+						  unsigned int *nbytes,
+						  struct ng_decoding *buf, bool nested)
+{
+	struct ng_decoded *d = &this_cpu_ptr(ng_decoded)[(ip ^ (ip >> 6)) & (NG_DECODED - 1)];
+	unsigned int n;
+
+	if (!nested && d->ip == ip && d->nbytes &&
+	    !copy_from_kernel_nofault(bytes, (void *)ip, d->nbytes) &&
+	    ng_same_bytes(d->bytes, bytes, d->nbytes)) {
+		*nbytes = d->nbytes;
+		return &d->dec;
+	}
+	*nbytes = n = ng_fetch_insn(ip, bytes);
+	if (!n)
+		return NULL;
+	if (nested)
+		return ng_decode_into(bytes, n, buf) ? buf : NULL;
+	d->ip = 0;	/* no entry while it is rewritten */
+	if (!ng_decode_into(bytes, n, &d->dec))
+		return NULL;
+	d->nbytes = max_t(unsigned int, d->dec.insn.len + 4, MMIOTNG_INSN_BYTES);
+	/*
+	 * Fewer could be read (an unmapped page after the code): used once,
+	 * not kept, as a hit would not see more once they can be read.
+	 */
+	if (n < d->nbytes)
+		return &d->dec;
+	memcpy(d->bytes, bytes, d->nbytes);
 	d->ip = ip;
 	return &d->dec;
 }
@@ -793,8 +819,7 @@ static enum ng_fault_result ng_fault(struct pt_regs *regs, unsigned long error_c
 	/* an NMI-like context never single-steps (mmiotng_step.c): it emulates */
 	if (level && mode == MMIOTNG_MODE_SINGLESTEP)
 		mode = MMIOTNG_MODE_EMULATE;
-	nbytes = ng_fetch_insn(regs->ip, bytes);
-	dec = nbytes ? ng_decode_cached(regs->ip, bytes, nbytes, &buf, nested) : NULL;
+	dec = ng_decode_cached(regs->ip, bytes, &nbytes, &buf, nested);
 	insn = dec ? &dec->insn : NULL;
 	decoded = insn;
 	if (decoded && ng_smap_refuses(insn, regs)) {

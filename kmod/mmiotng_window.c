@@ -109,8 +109,8 @@ static __always_inline pteval_t ng_window_entry(const struct ng_page *pg,
 }
 
 /* Make page i of window w show entry, for an access under pcid. */
-static void ng_window_show(struct ng_window *w, unsigned int i, pteval_t entry,
-			   unsigned long pcid)
+static __always_inline void ng_window_show(struct ng_window *w, unsigned int i,
+					   pteval_t entry, unsigned long pcid)
 {
 	unsigned int act = ng_window_tlb_use(&w->tlb[i], entry, pcid);
 
