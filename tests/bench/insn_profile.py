@@ -20,6 +20,7 @@ and the functions that make the difference between one and the next:
 
     tests/bench/insn_profile.py                # ~4 min under TCG
     tests/bench/insn_profile.py --json FILE    # also the numbers as JSON
+    tests/bench/insn_profile.py --append 'clocksource=tsc tsc=reliable'
 
 Under TCG the time of a path goes with its instructions (the trap-only
 floor: ~1.1 us for ~600 instructions, of which the exception's entry and
@@ -219,6 +220,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the numbers here")
     ap.add_argument("--kernel", help="installed kernel version to boot (default: tests/vm/run's)")
+    ap.add_argument("--append", metavar="ARGS",
+                    help="extra kernel arguments, e.g. 'clocksource=tsc tsc=reliable' (the "
+                         "guest's clock is hpet under TCG, an emulated device read per stamp; "
+                         "real machines and KVM guests read the TSC)")
     ap.add_argument("--timeout", type=int, default=1500)
     ap.add_argument("--guest", type=Path, metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -232,6 +237,8 @@ def main() -> int:
                "--timeout", str(args.timeout)]
         if args.kernel:
             cmd += ["--kernel", args.kernel]
+        if args.append:
+            cmd += ["--append", args.append]
         cmd += ["--", str(REPO / ".venv" / "bin" / "python"), str(Path(__file__).resolve()),
                 "--guest", str(out)]
         log("booting the guest with the plugin (the helper and exerciser as built)")
