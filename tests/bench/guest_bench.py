@@ -391,7 +391,7 @@ class NgTracer(Tracer):
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while True:
-                if b"ready" in self.errf.read_bytes():
+                if b"mmiotrace-ng: ready" in self.errf.read_bytes():
                     self.startup_s = time.perf_counter() - t0
                     break
                 if self.proc.poll() is not None:

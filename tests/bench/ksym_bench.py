@@ -121,16 +121,16 @@ def main() -> int:
          None),
         ("ksym", [*NG, "ksym", "edu_exerciser:edu_watched:-w-", "--buffer-size-kb", "16384",
                   "-o", "/tmp/ksym.txt"],
-         "ready"),
+         "mmiotrace-ng: ready"),
         ("ksym --histogram", [*NG, "ksym", "edu_exerciser:edu_watched:-w-", "--histogram",
-                              "-o", "/tmp/ksym-hist.txt"], "ready"),
+                              "-o", "/tmp/ksym-hist.txt"], "mmiotrace-ng: ready"),
     ]:
         log(f"watch_write x{n}: {label}")
         ns[f"write {label}"] = measure(cmd, ready, stress, write, n, label)
     for label, extra in [("untraced", None), ("trace", []), ("--histogram", ["--histogram"])]:
         log(f"rloop x{n}: MMIO {label}")
         cmd = None if extra is None else [*NG, "--pci", dev, *extra, "-o", "/tmp/mmio.txt"]
-        ns[f"mmio {label}"] = measure(cmd, "ready" if cmd else None, run, rloop, n,
+        ns[f"mmio {label}"] = measure(cmd, "mmiotrace-ng: ready" if cmd else None, run, rloop, n,
                                       f"mmio {label}")
     hit = {k: v - ns["write untraced"] for k, v in ns.items() if k.startswith("write ")}
     acc = {k: v - ns["mmio untraced"] for k, v in ns.items() if k.startswith("mmio ")}

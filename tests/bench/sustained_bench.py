@@ -90,7 +90,7 @@ class PipeNg(gb.Tracer):
 
 def wait_ready(proc: subprocess.Popen, errf: Path) -> None:
     deadline = time.monotonic() + gb.START_TIMEOUT
-    while b"ready" not in errf.read_bytes():
+    while b"mmiotrace-ng: ready" not in errf.read_bytes():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError("mmiotrace-ng did not start: " + errf.read_text())
         time.sleep(0.1)

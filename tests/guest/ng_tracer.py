@@ -52,7 +52,7 @@ class NgTracer:
                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if "ready" in read_growing(self.errf):
+            if "mmiotrace-ng: ready" in read_growing(self.errf):
                 return self
             if self.proc.poll() is not None:
                 raise AssertionError(f"mmiotrace-ng exited {self.proc.returncode}: "

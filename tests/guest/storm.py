@@ -88,7 +88,7 @@ def main() -> int:
     proc = subprocess.Popen([*NG, "--pci", dev.name], stdout=subprocess.PIPE, stderr=err)
     counter = LineCounter(proc.stdout)
     counter.start()
-    while "ready" not in Path("/tmp/storm.err").read_text():
+    while "mmiotrace-ng: ready" not in Path("/tmp/storm.err").read_text():
         if proc.poll() is not None:
             print(Path("/tmp/storm.err").read_text(), file=sys.stderr)
             return 1

@@ -191,11 +191,11 @@ def test_sigkill_leaves_no_breakpoint(exerciser):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     err = ""
-    while "ready" not in err and time.monotonic() < deadline:
+    while "mmiotrace-ng: ready" not in err and time.monotonic() < deadline:
         line = proc.stderr.readline()
         assert line or proc.poll() is None, err
         err += line
-    assert "ready" in err, err
+    assert "mmiotrace-ng: ready" in err, err
     # a fifth breakpoint has no register left: perf is refused
     sink = address("edu_watch_sink", "edu_exerciser")
     busy = subprocess.run(["perf", "stat", "-a", "-e", f"mem:0x{sink:x}/4:w", "--", "true"],
@@ -217,7 +217,7 @@ def test_cpu_coming_online_is_watched(exerciser):
         proc = subprocess.Popen([*NG, "ksym", f"{VAR}:-w-"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         err = ""
-        while "ready" not in err:
+        while "mmiotrace-ng: ready" not in err:
             line = proc.stderr.readline()
             assert line, err
             err += line

@@ -179,7 +179,7 @@ def test_a_tracer_killed_while_a_blit_yields_leaves_it_whole(exerciser):
     blit = None
     try:
         deadline = time.monotonic() + 300
-        while b"ready" not in errf.read_bytes():
+        while b"mmiotrace-ng: ready" not in errf.read_bytes():
             assert proc.poll() is None and time.monotonic() < deadline, errf.read_text()
             time.sleep(0.2)
         blitf = Path("/sys/kernel/debug") / f"edu_exerciser-{dev.name}" / "blit"

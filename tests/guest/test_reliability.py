@@ -138,7 +138,7 @@ def wait_ready(proc: subprocess.Popen, errf: Path, timeout: float = 300.0) -> fl
     """Seconds until mmiotrace-ng printed its ready line."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        if "ready" in errf.read_text(errors="replace"):
+        if "mmiotrace-ng: ready" in errf.read_text(errors="replace"):
             return time.monotonic() - t0
         assert proc.poll() is None, errf.read_text(errors="replace")
         time.sleep(0.05)
