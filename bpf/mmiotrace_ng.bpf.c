@@ -16,7 +16,9 @@
  *   kprobe) keeps irq_lines up to date as drivers request MSI vectors, and
  *   pcibios_enable_device's return (a kretprobe) with the INTx line a
  *   device gets when its driver enables it;
- * - the dma tracepoints (6.12 and later) of a device in traced_devs -> DMA.
+ * - the dma tracepoints (6.12 and later) of a device in traced_devs -> DMA;
+ * - remap_pfn_range entry (a kprobe) of a range in user_ranges (a traced
+ *   range mapped into a process) -> a NOT-traced record.
  *
  * Everything goes into one ring buffer.  A failed reserve counts a drop on
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
@@ -108,6 +110,8 @@ BPF_HASH(irq_lines, u32, struct ng_dev_name, NG_IRQ_LINES);
 BPF_HASH(enabling, u64, u64, 256);
 /* the traced devices, by name (the value is unused) */
 BPF_HASH(traced_devs, struct ng_dev_name, u8, NG_TRACED_DEVS);
+/* the traced physical ranges, from [0] up to the first of size 0 */
+BPF_ARRAY(user_ranges, struct ng_phys_range, NG_USER_RANGES);
 
 /* map_ids changed: cached map ids are looked up again */
 static __always_inline void ng_map_ids_changed(void)
@@ -467,6 +471,45 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	r->flags = acc.flags;
 	__builtin_memcpy(r->insn, acc.insn, sizeof(r->insn));
 	events.ringbuf_submit(r, ng_access_wakeup(c, r->hdr.ts_ns));
+	return 0;
+}
+
+/*
+ * remap_pfn_range() entry (a kprobe): a driver maps device memory into a
+ * process: a sysfs resourceN file's mmap, uio, a driver's own mmap.  One
+ * that covers a traced range makes a NOT-traced record (NG_ERR_USER_MAP)
+ * with the user address and the process: its accesses from user space are
+ * not traced, and the trace says so.
+ */
+int on_remap_pfn_range(struct pt_regs *ctx)
+{
+	u64 addr = PT_REGS_PARM2(ctx);
+	u64 start = (u64)PT_REGS_PARM3(ctx) << 12;	/* the frame number */
+	u64 size = PT_REGS_PARM4(ctx);
+	struct ng_rec_untraced *u;
+	struct ng_phys_range *r;
+	u32 i;
+
+	for (i = 0; i < NG_USER_RANGES; i++) {
+		u32 key = i;	/* i itself stays in a register: the verifier sees it grow */
+
+		r = user_ranges.lookup(&key);
+		if (!r || !r->size)
+			return 0;
+		if (start < r->start + r->size && r->start < start + size)
+			break;
+	}
+	if (i == NG_USER_RANGES)
+		return 0;
+	u = ng_reserve(sizeof(*u), NG_REC_UNTRACED);
+	if (!u)
+		return 0;
+	u->phys = start;
+	u->virt = addr;
+	u->len = size;
+	u->err = -NG_ERR_USER_MAP;
+	u->pid = bpf_get_current_pid_tgid() >> 32;
+	events.ringbuf_submit(u, 0);
 	return 0;
 }
 

@@ -150,6 +150,23 @@ struct ng_rec_dma {
 	char dev[NG_NAME_LEN];	/* the traced device */
 };
 
+/*
+ * ng_rec_untraced.err of a traced range mapped into a process (by a driver's
+ * remap_pfn_range(): a sysfs resourceN file's mmap, uio, a driver's own
+ * mmap): -EREMOTE, the mapping is in another address space; virt is its
+ * user address, pid the process.  Accesses from user space are not traced.
+ */
+#define NG_ERR_USER_MAP	66
+
+/* the traced physical ranges (the map "user_ranges"), at most */
+#define NG_USER_RANGES	256
+
+/* a traced physical range: the map "user_ranges" (size 0: none) */
+struct ng_phys_range {
+	__u64 start;
+	__u64 size;
+};
+
 /* the devices whose interrupts and DMA are traced, and their interrupts, at most */
 #define NG_TRACED_DEVS	1024
 #define NG_IRQ_LINES	4096

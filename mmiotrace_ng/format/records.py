@@ -25,6 +25,8 @@ NG_INSN_BYTES: Final = 8
 NG_NAME_LEN: Final = 16
 NG_TRACED_DEVS: Final = 1024   # devices whose interrupts and DMA are traced, at most
 NG_IRQ_LINES: Final = 4096     # their interrupts, at most
+NG_ERR_USER_MAP: Final = 66    # -EREMOTE in NgRecUntraced.err: a traced range mapped into a process
+NG_USER_RANGES: Final = 256    # traced physical ranges whose mappings into processes are said
 
 
 class NgRecType(IntEnum):
@@ -192,6 +194,12 @@ class NgDevName(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * NG_NAME_LEN)]
 
 
+class NgPhysRange(ctypes.Structure):
+    """struct ng_phys_range: a traced physical range (map user_ranges)."""
+
+    _fields_ = [("start", ctypes.c_uint64), ("size", ctypes.c_uint64)]
+
+
 Record = (NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq
           | NgRecDma)
 
@@ -244,6 +252,7 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_irq": NgRecIrq,
     "ng_rec_dma": NgRecDma,
     "ng_dev_name": NgDevName,
+    "ng_phys_range": NgPhysRange,
     "ng_hist_key": NgHistKey,
     "ng_hist_val": NgHistVal,
 }

@@ -21,6 +21,7 @@ from typing import Final, NamedTuple
 from mmiotrace_ng.common import ringbuf
 from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
 from mmiotrace_ng.format.records import (
+    NG_ERR_USER_MAP,
     VALID_OPS,
     BadRecord,
     NgRecAccess,
@@ -238,6 +239,8 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     # a traced BAR moved (resized or reassigned) there, where the helper
     # could not move its filter: its caller could not sleep (kmod/mmiotng_pci.c)
     11: "a traced BAR moved there in a context that cannot sleep",  # EAGAIN
+    # a traced range mapped into a process (remap_pfn_range; NG_ERR_USER_MAP)
+    NG_ERR_USER_MAP: "accesses from user space are not traced",  # EREMOTE
 }
 
 
@@ -257,6 +260,10 @@ def untraced_text(rec: NgRecUntraced) -> str:
     if not rec.virt and rec.err == -errno.EAGAIN:
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is NOT traced: "
                 f"{untraced_reason(rec.err)}")
+    if rec.err == -NG_ERR_USER_MAP:
+        return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is mapped into "
+                f"process {rec.pid} at 0x{rec.virt:x}: its accesses from user space are NOT "
+                "traced")
     if not rec.virt:    # a BAR of a device bound (or moved) while tracing
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} of a PCI device "
                 f"bound while tracing is NOT traced: {untraced_reason(rec.err)}")

@@ -35,9 +35,11 @@ from ..format.records import (
     NG_IRQ_LINES,
     NG_NAME_LEN,
     NG_TRACED_DEVS,
+    NG_USER_RANGES,
     NgDevName,
     NgHistKey,
     NgHistVal,
+    NgPhysRange,
 )
 from . import layout, pci
 
@@ -74,8 +76,11 @@ IRQ_PROGRAMS = ("on_setup_irq", "on_pci_enable", "on_pci_enable_return", "on_irq
                 "on_irq_exit")
 DMA_PROGRAMS = ("on_dma_map", "on_dma_unmap", "on_dma_alloc", "on_dma_free", "on_dma_map_sg",
                 "on_dma_unmap_sg")
+# a traced range mapped into a process: said, not traced (remap_pfn_range)
+USER_MAP_PROGRAM = "on_remap_pfn_range"
+USER_MAP_FUNCTION = "remap_pfn_range"
 # what compiled()/prefetch() get of the tracer's object beside its source
-OBJECT_OPTIONS: dict[str, Any] = {"optional": (*IRQ_PROGRAMS, *DMA_PROGRAMS),
+OBJECT_OPTIONS: dict[str, Any] = {"optional": (*IRQ_PROGRAMS, *DMA_PROGRAMS, USER_MAP_PROGRAM),
                                   "defines": layout.kernel_defines}
 NO_LAYOUT = ("this kernel's BTF (/sys/kernel/btf/vmlinux) does not say where the kernel keeps "
              "what the {} programs read: {} not traced")
@@ -264,6 +269,25 @@ class Probes:
                 notes.append(f"this kernel has no tracepoint {tp}: interrupts are not traced")
                 break
         return notes
+
+    def report_user_maps(self, ranges: list[tuple[int, int]]) -> list[str]:
+        """Say each mapping of these physical ranges [lo, hi) that a driver
+        makes into a process from now on (remap_pfn_range: a sysfs
+        resourceN file's mmap, uio, a driver's own mmap): a NOT-traced
+        record with the process and the user address.  What cannot be said
+        is in the list returned."""
+        if len(ranges) > NG_USER_RANGES:
+            return [f"{len(ranges)} ranges: mappings into processes are said of the first "
+                    f"{NG_USER_RANGES} only"]
+        for i, (lo, hi) in enumerate(ranges):
+            self._update("user_ranges", ctypes.c_uint32(i), NgPhysRange(lo, hi - lo))
+        if USER_MAP_PROGRAM in self._obj.progs:
+            self._load_programs((USER_MAP_PROGRAM,))
+        if USER_MAP_PROGRAM in self.progs and self._kprobe(USER_MAP_FUNCTION, USER_MAP_PROGRAM):
+            self.attached.append(USER_MAP_FUNCTION)
+            return []
+        return [f"cannot probe {USER_MAP_FUNCTION}: a traced range mapped into a process "
+                "(its accesses from user space are not traced) is not said"]
 
     def trace_dma(self, devices: list[str]) -> list[str]:
         """Record the DMA mappings of these devices: the kernel's dma

@@ -186,6 +186,8 @@ class Session:
               flush=True)
         self.probes = Probes(self.args.all, self.args.buffer_size_kb,
                              histogram=self.args.histogram)
+        for note in self.probes.report_user_maps(ranges):
+            print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
         if not self.args.histogram:
             # recordings keep them always: report --irq, --dma show them
             notes = []
@@ -244,6 +246,11 @@ class Session:
                     # the ioremap probe; EPERM: the helper's own mapping
                     self.helper.arm_existing(m.virt, m.size, m.phys)
             PHASES.done("mappings made before the start (vmallocinfo)")
+        # those mapped into processes before the start: said, as the probe says later ones
+        from . import usermaps
+
+        self.inject(usermaps.records(usermaps.find(ranges)))
+        PHASES.done("mappings into processes before the start (/proc/PID/maps)")
 
     def start_flight(self, header: str) -> None:
         """--flight: the helper keeps the last accesses in the reserved region,
@@ -325,6 +332,19 @@ class Session:
         assert self.probes is not None
         if not view:
             return True
+        text, used = self._feed(view, limit)
+        newest = newest_stamps(view[:used]) if self.sync else {}
+        view.release()
+        self.probes.consume(used)   # after the copies: the space is reused
+        self._write_text(text)
+        if newest:
+            self.synced(newest)
+        return used > 0
+
+    def _feed(self, view: memoryview, limit: int | None) -> tuple[str, int]:
+        """The text of the records at the start of view (none when
+        recording: they are counted) and the bytes they take; the NOT traced
+        ones said on stderr, all of them copied into the recording."""
         if self.record:
             # the records as they are: counted, and the few that are not
             # accesses read (for the summary and the NOT traced notes)
@@ -341,15 +361,19 @@ class Session:
         self.renderer.untraced.clear()
         if self.raw and used:
             self.to_raw(self.raw.ring, view[:used])
-        newest = newest_stamps(view[:used]) if self.sync else {}
-        view.release()
-        self.probes.consume(used)   # after the copies: the space is reused
+        return text, used
+
+    def _write_text(self, text: str) -> None:
         if text and not self.args.histogram:
             self.write(text)
             self.flush()
-        if newest:
-            self.synced(newest)
-        return used > 0
+
+    def inject(self, records: list[bytes]) -> None:
+        """Records made here, not by the BPF programs (mappings found at the
+        start), into the stream as if they came from the ring buffer."""
+        if records:
+            text, _ = self._feed(memoryview(ringbuf.pack(records)), None)
+            self._write_text(text)
 
     def synced(self, newest: dict[int, int]) -> None:
         """--sync: each CPU's records up to its newest stamp are written; on

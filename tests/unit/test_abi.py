@@ -266,6 +266,7 @@ def test_headers_parsed_completely() -> None:
         "ng_rec_irq",
         "ng_rec_dma",
         "ng_dev_name",
+        "ng_phys_range",
         "ng_hist_key",
         "ng_hist_val",
     }
