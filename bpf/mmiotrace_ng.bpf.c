@@ -476,7 +476,7 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 
 /*
  * remap_pfn_range() entry (a kprobe): a driver maps device memory into a
- * process: a sysfs resourceN file's mmap, uio, a driver's own mmap.  One
+ * process: a sysfs resourceN file's mmap, a driver's own mmap.  One
  * that covers a traced range makes a NOT-traced record (NG_ERR_USER_MAP)
  * with the user address and the process: its accesses from user space are
  * not traced, and the trace says so.

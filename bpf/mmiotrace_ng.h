@@ -152,7 +152,7 @@ struct ng_rec_dma {
 
 /*
  * ng_rec_untraced.err of a traced range mapped into a process (by a driver's
- * remap_pfn_range(): a sysfs resourceN file's mmap, uio, a driver's own
+ * remap_pfn_range(): a sysfs resourceN file's mmap, a driver's own
  * mmap): -EREMOTE, the mapping is in another address space; virt is its
  * user address, pid the process.  Accesses from user space are not traced.
  */

@@ -273,7 +273,7 @@ class Probes:
     def report_user_maps(self, ranges: list[tuple[int, int]]) -> list[str]:
         """Say each mapping of these physical ranges [lo, hi) that a driver
         makes into a process from now on (remap_pfn_range: a sysfs
-        resourceN file's mmap, uio, a driver's own mmap): a NOT-traced
+        resourceN file's mmap, a driver's own mmap): a NOT-traced
         record with the process and the user address.  What cannot be said
         is in the list returned."""
         if len(ranges) > NG_USER_RANGES:

@@ -1,7 +1,7 @@
 """Traced ranges that processes had mapped before the start.
 
 A mapping a driver makes into a process while tracing (remap_pfn_range:
-a sysfs resourceN file's mmap, uio, a driver's own mmap) is said by the BPF
+a sysfs resourceN file's mmap, a driver's own mmap) is said by the BPF
 probe on remap_pfn_range. Those made before the start are found here, for
 the kind /proc/PID/maps names: a PCI device's sysfs resourceN (or
 resourceN_wc) file. Each gets the same NOT-traced record the probe makes
