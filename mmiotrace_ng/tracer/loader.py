@@ -276,18 +276,22 @@ class Probes:
         resourceN file's mmap, a driver's own mmap): a NOT-traced
         record with the process and the user address.  What cannot be said
         is in the list returned."""
+        notes = []
         if len(ranges) > NG_USER_RANGES:
-            return [f"{len(ranges)} ranges: mappings into processes are said of the first "
-                    f"{NG_USER_RANGES} only"]
-        for i, (lo, hi) in enumerate(ranges):
+            notes.append(f"{len(ranges)} ranges: mappings into processes are said of the "
+                         f"first {NG_USER_RANGES} only")
+        for i, (lo, hi) in enumerate(ranges[:NG_USER_RANGES]):
             self._update("user_ranges", ctypes.c_uint32(i), NgPhysRange(lo, hi - lo))
-        if USER_MAP_PROGRAM in self._obj.progs:
-            self._load_programs((USER_MAP_PROGRAM,))
+        try:
+            if USER_MAP_PROGRAM in self._obj.progs:
+                self._load_programs((USER_MAP_PROGRAM,))
+        except LoaderError as exc:
+            notes.append(f"{exc}")
         if USER_MAP_PROGRAM in self.progs and self._kprobe(USER_MAP_FUNCTION, USER_MAP_PROGRAM):
             self.attached.append(USER_MAP_FUNCTION)
-            return []
-        return [f"cannot probe {USER_MAP_FUNCTION}: a traced range mapped into a process "
-                "(its accesses from user space are not traced) is not said"]
+            return notes
+        return [*notes, f"cannot probe {USER_MAP_FUNCTION}: a traced range mapped into a "
+                "process (its accesses from user space are not traced) is not said"]
 
     def trace_dma(self, devices: list[str]) -> list[str]:
         """Record the DMA mappings of these devices: the kernel's dma

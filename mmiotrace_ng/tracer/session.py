@@ -29,7 +29,7 @@ from ..common.phases import PHASES
 from ..format.abi import MMIOTNG_MAX_FILTERS, MMIOTNG_MODE_SINGLESTEP
 from ..format.records import NgRecAccess, NgRecHdr, NgRecType, record_sizes
 from ..format.render import ENCODING, ERRORS, Renderer, lost_line, stream_header
-from . import pci
+from . import pci, usermaps
 from .loader import Probes
 from .vmalloc import existing_mappings, read_vmallocinfo
 
@@ -188,6 +188,10 @@ class Session:
                              histogram=self.args.histogram)
         for note in self.probes.report_user_maps(ranges):
             print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
+        # those processes hold already (the probe says later ones): said first,
+        # stamped before anything the filters below make
+        held = [] if self.args.no_existing else usermaps.records(usermaps.find(ranges))
+        PHASES.done("mappings into processes before the start (/proc/PID/maps)")
         if not self.args.histogram:
             # recordings keep them always: report --irq, --dma show them
             notes = []
@@ -231,6 +235,7 @@ class Session:
         if self.raw:
             self.to_raw(self.raw.meta, recording_meta())
             self.to_raw(self.raw.header, header)
+        self.inject(held)
         if not self.args.no_existing and not self.args.all:
             # each gets its MAP record from the helper, or a NOT traced one
             found = existing_mappings(ranges, read_vmallocinfo())
@@ -246,11 +251,6 @@ class Session:
                     # the ioremap probe; EPERM: the helper's own mapping
                     self.helper.arm_existing(m.virt, m.size, m.phys)
             PHASES.done("mappings made before the start (vmallocinfo)")
-        # those mapped into processes before the start: said, as the probe says later ones
-        from . import usermaps
-
-        self.inject(usermaps.records(usermaps.find(ranges)))
-        PHASES.done("mappings into processes before the start (/proc/PID/maps)")
 
     def start_flight(self, header: str) -> None:
         """--flight: the helper keeps the last accesses in the reserved region,

@@ -53,7 +53,8 @@ def find(ranges: list[tuple[int, int]], proc: str = "/proc",
     bars: dict[tuple[str, int], tuple[int, int] | None] = {}
     for pid in sorted(int(p) for p in os.listdir(proc) if p.isdigit()):
         try:
-            text = Path(proc, str(pid), "maps").read_text()
+            # any bytes: a mapped file's name is the process's to choose
+            text = Path(proc, str(pid), "maps").read_bytes().decode("utf-8", "surrogateescape")
         except OSError:
             continue    # gone meanwhile, or not readable
         for m in MAPS_LINE.finditer(text):

@@ -67,3 +67,14 @@ def test_the_records_render_as_the_probe_s_do():
     assert untraced_text(rec) == (
         f"mmiotrace-ng: the range {BAR0 + 0x3000:#x} size 0x2000 is mapped into process 42 "
         "at 0x7f0000000000: its accesses from user space are NOT traced")
+
+
+def test_a_mapped_file_name_that_is_not_utf8_does_not_stop_the_scan(tmp_path):
+    proc, root = fake(tmp_path, {
+        42: line(0x7f0000000000, 0x7f0000001000, BAR0, f"/{DEV}/resource0"),
+    })
+    maps = Path(proc, "42", "maps")
+    maps.write_bytes(line(0x7e0000000000, 0x7e0000001000, 0, "/memfd:\xff (deleted)")
+                     .encode("latin-1") + maps.read_bytes())
+    assert usermaps.find([(BAR0, BAR0 + 0x1000)], proc, root) == [
+        (42, 0x7f0000000000, BAR0, 0x1000)]
