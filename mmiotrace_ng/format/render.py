@@ -239,8 +239,6 @@ UNTRACED_REASONS: Final[dict[int, str]] = {
     # a traced BAR moved (resized or reassigned) there, where the helper
     # could not move its filter: its caller could not sleep (kmod/mmiotng_pci.c)
     11: "a traced BAR moved there in a context that cannot sleep",  # EAGAIN
-    # a traced range mapped into a process (remap_pfn_range; NG_ERR_USER_MAP)
-    NG_ERR_USER_MAP: "accesses from user space are not traced",  # EREMOTE
 }
 
 
@@ -260,7 +258,7 @@ def untraced_text(rec: NgRecUntraced) -> str:
     if not rec.virt and rec.err == -errno.EAGAIN:
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is NOT traced: "
                 f"{untraced_reason(rec.err)}")
-    if rec.err == -NG_ERR_USER_MAP:
+    if rec.err == -NG_ERR_USER_MAP:     # mapped into a process (remap_pfn_range)
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is mapped into "
                 f"process {rec.pid} at 0x{rec.virt:x}: its accesses from user space are NOT "
                 "traced")

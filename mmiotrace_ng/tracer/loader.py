@@ -286,7 +286,7 @@ class Probes:
             if USER_MAP_PROGRAM in self._obj.progs:
                 self._load_programs((USER_MAP_PROGRAM,))
         except LoaderError as exc:
-            notes.append(f"{exc}")
+            notes.append(str(exc))
         if USER_MAP_PROGRAM in self.progs and self._kprobe(USER_MAP_FUNCTION, USER_MAP_PROGRAM):
             self.attached.append(USER_MAP_FUNCTION)
             return notes
