@@ -94,12 +94,13 @@ class Bar(NamedTuple):
         return self.end - self.start + 1
 
 
-def _resources(path: Path, addr: PciAddress) -> list[tuple[int, int, int]]:
-    """The lines of the sysfs `resource` file: start end flags, hex."""
+def resources(path: Path, addr: PciAddress | None = None) -> list[tuple[int, int, int]]:
+    """The lines of the sysfs `resource` file of the device at path (addr
+    names it in errors): start end flags, hex."""
     try:
         text = (path / "resource").read_text()
     except FileNotFoundError:
-        raise NoSuchPciDevice(f"no PCI device {addr} (see lspci)") from None
+        raise NoSuchPciDevice(f"no PCI device {addr or path} (see lspci)") from None
     rows = []
     for lineno, line in enumerate(text.splitlines(), 1):
         try:
@@ -121,7 +122,7 @@ def device_bars(
     path = device_dir(addr, sysfs_root)
     bars = []
     for index, (start, end, flags) in enumerate(
-        _resources(path, addr)[:PCI_STD_NUM_BARS]
+        resources(path, addr)[:PCI_STD_NUM_BARS]
     ):
         if not flags & IORESOURCE_MEM or flags & (
             IORESOURCE_UNSET | IORESOURCE_DISABLED

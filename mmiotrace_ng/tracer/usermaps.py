@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..format.records import NG_ERR_USER_MAP, NgRecType, NgRecUntraced
+from .pci import PciError, resources
 
 # start-end perms offset dev inode path (the path a sysfs resource file's)
 MAPS_LINE = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S+ ([0-9a-f]+) \S+ \d+ +"
@@ -27,9 +28,8 @@ def bar_range(device_dir: str, index: int) -> tuple[int, int] | None:
     """[start, end] of BAR index of the device at this sysfs directory
     (None if unknown)."""
     try:
-        line = (Path(device_dir) / "resource").read_text().splitlines()[index]
-        start, end = (int(f, 16) for f in line.split()[:2])
-    except (OSError, IndexError, ValueError):
+        start, end, _ = resources(Path(device_dir))[index]
+    except (OSError, IndexError, PciError):     # gone, or not a device's
         return None
     return start, end
 
