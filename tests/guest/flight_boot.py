@@ -44,6 +44,7 @@ SYNC_OPTION = os.environ.get("NG_SYNC_OPTION", "--sync")
 COUNT = 5000            # writes before each death: more than the ring keeps
 RECS = 4096             # --flight N
 CPU = 1                 # where the writes run
+LOCKUP_WAIT = 90        # s: the RCU stall detector (timeout 3 s) panics well before
 SYNC_SECONDS = 4        # --sync: how long the loop runs before QEMU quits
 FLIGHT = ARTIFACTS / "flight"
 NEXT = FLIGHT / "next"
@@ -101,6 +102,17 @@ def kill_during_loop() -> None:
             os.pwrite(count, f"{i}\n".ljust(16).encode(), 0)
 
 
+def lockup_not_detected() -> None:
+    """The stall detector did not panic: put what the kernel knows on the
+    console (every CPU's stack, the blocked tasks) and die by sysrq-c, so
+    that the boot goes on and test_flight fails, saying so, at once."""
+    log(f"lockup: no RCU stall panic in {LOCKUP_WAIT} s: sysrq-l, sysrq-w, then sysrq-c")
+    Path("/proc/sys/kernel/printk").write_text("8\n")
+    for key in "lwc":
+        Path("/proc/sysrq-trigger").write_text(f"{key}\n")
+        time.sleep(2)
+
+
 def crash(name: str) -> None:
     dev = find_pci_device(0x1234, 0x11E8)
     if dev is None:
@@ -124,9 +136,10 @@ def crash(name: str) -> None:
         # The RCU stall detector sees the spinning CPU only while a grace
         # period waits for it: an idle 7.2 may start none for minutes.  A
         # network namespace made and dropped needs one.
-        for _ in range(600):
+        for _ in range(LOCKUP_WAIT):
             time.sleep(1)
             sh("unshare", "-n", "true")
+        lockup_not_detected()
     proc.wait(timeout=600)          # the oops kills the writer; the others never return
     time.sleep(2)
     log(f"{name}: the writer ended ({proc.returncode}): reboot as a user would (sysrq-b)")
