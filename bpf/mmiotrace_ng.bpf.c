@@ -18,7 +18,11 @@
  *   device gets when its driver enables it;
  * - the dma tracepoints (6.12 and later) of a device in traced_devs -> DMA;
  * - remap_pfn_range entry (a kprobe) of a range in user_ranges (a traced
- *   range mapped into a process) -> a NOT-traced record.
+ *   range mapped into a process) -> a NOT-traced record (--no-user: the
+ *   helper traces such mappings otherwise);
+ * - an access through a process's mapping (MMIOTNG_F_USER) that has no map
+ *   id in user_map_ids yet -> its MAP first (the process's pid, the user
+ *   address).
  *
  * Everything goes into one ring buffer.  A failed reserve counts a drop on
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
@@ -91,6 +95,8 @@ BPF_ARRAY(next_map_id, u32, 1);
 BPF_HASH(claimed_ids, u32, u8, 64);
 BPF_HASH(ioremap_args, u64, struct ng_ioremap_args, 1024);
 BPF_HASH(map_ids, u64, s32, 4096);
+/* processes' mappings (MMIOTNG_F_USER), by process and user address: a fork's copy is its own */
+BPF_TABLE("lru_hash", struct ng_user_map_key, s32, user_map_ids, 4096);
 /* enum ng_config slots, set by the loader before it arms anything */
 BPF_ARRAY(config, u32, NG_CONFIG_SLOTS);
 /* --histogram: accesses counted per (register, place); [0] of hist_full:
@@ -323,7 +329,7 @@ int on_map(struct bpf_raw_tracepoint_args *ctx)
 		u->virt = ev.virt;
 		u->len = ev.size;
 		u->err = ev.err;
-		u->pid = bpf_get_current_pid_tgid();
+		u->pid = ev.pid ? ev.pid : (u32)bpf_get_current_pid_tgid();
 		events.ringbuf_submit(u, 0);
 		return 0;
 	}
@@ -412,6 +418,49 @@ static __always_inline void ng_count_access(const struct mmiotng_access *acc)
 }
 
 /*
+ * The map id of a process's mapping (an access with MMIOTNG_F_USER): the
+ * first access of each process through it gives it one, and its MAP (the
+ * helper arms a mapping without a record: a fork's copy is armed without
+ * it knowing).  -1 if the MAP could not be made: no id is kept then, so the
+ * next access tries again.  The least recently used of more than the map
+ * holds is forgotten: its next access makes a new MAP.
+ */
+static __always_inline s32 ng_user_map_id(const struct mmiotng_access *acc)
+{
+	struct ng_user_map_key k = {
+		.virt = acc->map_virt, .tgid = bpf_get_current_pid_tgid() >> 32,
+	};
+	struct ng_rec_map *m;
+	s32 *found, id;
+
+	found = user_map_ids.lookup(&k);
+	if (found)
+		return *found;
+	id = ng_new_map_id();
+	if (id < 0)
+		return -1;
+	/* two threads' first accesses at once: one MAP, the loser takes its id */
+	if (user_map_ids.insert(&k, &id)) {
+		found = user_map_ids.lookup(&k);
+		return found ? *found : -1;
+	}
+	/* the access's stamp where the helper made one: not after it */
+	m = ng_reserve_at(sizeof(*m), NG_REC_MAP, acc->ts_ns);
+	if (!m) {
+		user_map_ids.delete(&k);	/* the next access tries again */
+		return -1;
+	}
+	m->phys = acc->map_phys;
+	m->virt = acc->map_virt;
+	m->len = acc->map_len;
+	m->ip = 0;
+	m->map_id = id;
+	m->pid = k.tgid;
+	events.ringbuf_submit(m, 0);
+	return id;
+}
+
+/*
  * on_access is a raw_tracepoint.w program: the helper's access tracepoint
  * is writable, its buffer the record, which is copied from there with
  * plain loads (the verifier bounds each by the record's size), not a
@@ -426,6 +475,7 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	struct ng_rec_access *r;
 	struct ng_access_cpu *c;
 	int zero = 0;
+	s32 map_id;
 
 	__builtin_memcpy(&acc, a, sizeof(acc));
 	if (ng_config(NG_CONFIG_HISTOGRAM)) {
@@ -443,6 +493,11 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 	 * reported a little after it happened; --flight and --sync stamp each
 	 * emulated access for their own records.
 	 */
+	/* first: a process's first access through a mapping makes its MAP */
+	if (acc.flags & MMIOTNG_F_USER)
+		map_id = ng_user_map_id(&acc);
+	else
+		map_id = ng_map_id(c, acc.map_virt);
 	r = ng_reserve_at(sizeof(*r), NG_REC_ACCESS, acc.ts_ns);
 	if (!r) {
 		ng_count_drops(acc.lost);	/* this one was counted */
@@ -457,7 +512,7 @@ int on_access(struct bpf_raw_tracepoint_args *ctx)
 		if (t)
 			*t += acc.lost;
 	}
-	r->map_id = ng_map_id(c, acc.map_virt);
+	r->map_id = map_id;
 	r->phys = acc.phys;
 	r->value = acc.value;
 	r->compat_value = acc.compat_value;

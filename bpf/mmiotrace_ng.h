@@ -82,6 +82,13 @@ struct ng_rec_map {
 	__u32 pid;
 };
 
+/* user_map_ids' key: a process's mapping by its process and its user address */
+struct ng_user_map_key {
+	__u64 virt;
+	__u32 tgid;
+	__u32 pad;
+};
+
 /* UNMAP: iounmap of a traced mapping (map_id -1 when unknown) */
 struct ng_rec_unmap {
 	struct ng_rec_hdr hdr;

@@ -138,6 +138,8 @@ struct ng_mapping {
 	unsigned long base;	/* virt & PAGE_MASK */
 	unsigned long len;	/* bytes from base, whole pages */
 	bool live;		/* armed and listed (ng_lock) */
+	bool user;		/* a process's (mmiotng_user.c), made up per access */
+	bool user_write;	/* user: the fault allows writes through it */
 	/* pages[] all of one size: log2 of it (page i at base + i << shift); else 0 */
 	u8 page_shift;
 	unsigned int npages;
@@ -313,13 +315,23 @@ static inline void ng_fill_access(struct mmiotng_access *acc, const struct ng_ma
 	acc->compat_width = 0;
 	acc->compat_op = 0;
 	acc->insn_len = len;
-	acc->flags = 0;
+	acc->flags = m->user ? MMIOTNG_F_USER : 0;
 	acc->lost = 0;
 	memcpy(acc->insn, &word, sizeof(word));
 	acc->ts_ns = 0;
+	acc->map_phys = m->phys;
+	acc->map_len = m->size;
 }
 
+/* mmiotng_user.c: processes' mappings */
+void ng_user_init(void);
+void ng_user_exit(void);
+int ng_user_start(void);
+int ng_user_arm(pid_t pid, unsigned long virt, unsigned long size);
+void ng_user_stop(void);
+
 /* mmiotng_fault.c */
+bool ng_fault_user_map(struct pt_regs *regs, struct ng_mapping *m, unsigned long address);
 struct ftrace_ops;
 int ng_ftrace_hook(struct ftrace_ops *ops, const char *func);
 void ng_ftrace_unhook(struct ftrace_ops *ops);

@@ -28,7 +28,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	8
+#define MMIOTNG_ABI_VERSION	9
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
@@ -49,6 +49,20 @@
 /* mmiotng_access.flags */
 #define MMIOTNG_F_SINGLESTEP	0x01	/* taken by single-stepping */
 #define MMIOTNG_F_REP		0x02	/* one element of a string instruction */
+/*
+ * From user mode, through a process's mapping: map_virt is the VMA's
+ * start there, map_phys and map_len what it maps, ip the user PC
+ */
+#define MMIOTNG_F_USER		0x04
+
+/*
+ * mmiotng_map.err of a page of a process's mapping (virt, phys, size: the
+ * page; pid: the process) that is no longer traced: an access to it from
+ * kernel mode (a read() from it) or from a 32-bit task; an instruction the
+ * helper does not emulate there
+ */
+#define MMIOTNG_ERR_USER_KERNEL	67
+#define MMIOTNG_ERR_USER_INSN	68
 
 struct mmiotng_access {
 	__u64 map_virt;		/* address ioremap returned for the mapping */
@@ -66,6 +80,8 @@ struct mmiotng_access {
 	__u16 lost;
 	__u8 insn[MMIOTNG_INSN_BYTES];	/* first bytes of the instruction */
 	__u64 ts_ns;		/* when it happened (ktime_get_mono_fast_ns), 0: now */
+	__u64 map_phys;		/* MMIOTNG_F_USER: the physical address map_virt maps */
+	__u64 map_len;		/* MMIOTNG_F_USER: the bytes the mapping has */
 };
 
 /* The argument of MMIOTNG_MAP_TP. */
@@ -81,7 +97,7 @@ struct mmiotng_map {
 	 * (0: not, said by the next record of the new range).
 	 */
 	__s32 err;
-	__u32 pad;
+	__u32 pid;		/* the process of a user mapping's page, 0: the current task */
 };
 
 /* Generic netlink */
@@ -103,6 +119,10 @@ enum mmiotng_cmd {
 	MMIOTNG_CMD_FLIGHT_READ,
 	/* CPU, SYNC_NS: its records stamped up to then are written (the first: --sync on) */
 	MMIOTNG_CMD_SYNC,
+	/* arm the traced pages processes map from now on (remap_pfn_range) */
+	MMIOTNG_CMD_TRACE_USER,
+	/* PID, VIRT, SIZE: arm that process's mapping (made before TRACE_USER) */
+	MMIOTNG_CMD_ARM_USER,
 	__MMIOTNG_CMD_MAX,
 };
 
@@ -144,7 +164,8 @@ enum mmiotng_cmd {
 	X(STAT_FLIGHT_RECS, U64, REPLY)	/* flight records kept per CPU, 0: off */ \
 	X(SYNC_NS, U64, REQ)		/* --sync: written up to this stamp */ \
 	X(CPU, U32, REQ)		/* --sync: of this CPU's records */ \
-	X(STAT_SYNC_LATE, U64, REPLY)	/* --sync: waits that timed out */
+	X(STAT_SYNC_LATE, U64, REPLY)	/* --sync: waits that timed out */ \
+	X(PID, U32, REQ)		/* ARM_USER: the process */
 
 #define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
 

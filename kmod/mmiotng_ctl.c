@@ -167,6 +167,7 @@ void ng_kernel_tracer_stop(void)
 void ng_disarm_all(void)
 {
 	lockdep_assert_held(&ng_mutex);
+	ng_user_stop();		/* first: it needs the filters to arm nothing more */
 	ng_trace_new_devices(false);
 	ng_moving_clear(NULL);
 	ng_filters_clear();

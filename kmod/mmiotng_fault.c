@@ -193,12 +193,34 @@ static int ng_user_writable(struct ng_emu_ctx *c, unsigned long addr, unsigned i
 	return 0;
 }
 
+/*
+ * Where an operand of the instruction is: ng_device_at(), but for an
+ * instruction from user mode (a process's mapping, mmiotng_user.c) only its
+ * own page is a device's, anything else must be the process's memory, and
+ * an operand in kernel memory (or across the page) is not emulated: the
+ * instruction then runs untraced and the CPU refuses it as it would.
+ */
+static void __iomem *ng_operand_at(struct ng_emu_ctx *c, unsigned long addr,
+				   unsigned int width, struct ng_mapping **mp)
+{
+	const struct ng_mapping *m = c->m;
+
+	if (likely(!m->user))
+		return ng_device_at(c->m, addr, width, mp);
+	if (addr - m->base < m->len && width <= m->len - (addr - m->base))
+		return ng_device_at(c->m, addr, width, mp);
+	if (addr >= TASK_SIZE_MAX || width > TASK_SIZE_MAX - addr ||
+	    (addr < m->base + m->len && m->base < addr + width))
+		return NG_UNREACHABLE;
+	return NULL;
+}
+
 static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *val)
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m, *dst;
 	struct ng_page *dst_pg2;
-	void __iomem *io = ng_device_at(c->m, addr, width, &m);
+	void __iomem *io = ng_operand_at(c, addr, width, &m);
 	int ret;
 
 	if (c->pending)
@@ -218,6 +240,8 @@ static int ng_emu_read(void *ctx, unsigned long addr, unsigned int width, u64 *v
 		ret = ng_user_writable(c, c->regs->di, width);
 		if (ret)
 			return ret;
+	} else if (c->insn->kind == NG_KIND_MOVS && c->m->user) {
+		return -EFAULT;		/* a process's copy into kernel memory: refused */
 	} else if (c->insn->kind == NG_KIND_MOVS &&
 		   IS_ERR(ng_page_at(c->m, c->regs->di, width, &dst, &dst_pg2))) {
 		/* the write would be stepped: so is the read, only there */
@@ -244,7 +268,7 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 {
 	struct ng_emu_ctx *c = ctx;
 	struct ng_mapping *m;
-	void __iomem *io = ng_device_at(c->m, addr, width, &m);
+	void __iomem *io = ng_operand_at(c, addr, width, &m);
 
 	if (c->pending)
 		ng_emit(c);
@@ -275,6 +299,8 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 		}
 		return 0;
 	}
+	if (unlikely(c->m->user && !c->m->user_write))
+		return -EFAULT;		/* a process's read fault: its window is read-only */
 	if (!ng_reported(m, addr, width)) {
 		ng_io_write(io, width, val);	/* beside a small BAR: not traced */
 		return 0;
@@ -316,6 +342,8 @@ static int ng_emulate_plain(struct ng_emu_ctx *c, unsigned long addr)
 	if (!io)
 		return -EAGAIN;
 	if (insn->kind == NG_KIND_STORE || insn->kind == NG_KIND_STORE_IMM) {
+		if (unlikely(c->m->user && !c->m->user_write))
+			return -EAGAIN;		/* refused the general way */
 		val = ng_store_value(insn, regs);
 		ng_describe(c, c->m, addr, MMIOTNG_OP_WRITE, w, val);
 		ng_fill_compat(&c->acc, c->plan, regs);
@@ -880,6 +908,52 @@ out:
 	this_cpu_and(ng_levels_busy, ~BIT(level));
 	rcu_read_unlock();
 	return res;
+}
+
+/*
+ * An access from user mode to an armed page of a process's mapping
+ * (mmiotng_user.c): m is made up for that page, under RCU.  Emulated as
+ * ng_fault() would, never stepped, no cache of decodings (the bytes at a
+ * user address are each process's own); true if done (the registers past
+ * the instruction, or where a rep chunk stopped).  The faulting task,
+ * interrupts off, level 0.
+ */
+bool ng_fault_user_map(struct pt_regs *regs, struct ng_mapping *m, unsigned long address)
+{
+	u8 bytes[NG_COMPAT_MAX_BYTES] __uninitialized;
+	struct ng_decoding dec __uninitialized;
+	unsigned long cx = regs->cx;
+	enum ng_emu_result emu;
+	unsigned int n;
+	int cpu;
+
+	lockdep_assert_irqs_disabled();
+	if (ng_level() || (this_cpu_read(ng_levels_busy) & BIT(0)) || ng_lock_mine())
+		return false;
+	/* the instruction may end just before an unmapped page */
+	for (n = NG_COMPAT_MAX_BYTES; n > 0; n--)
+		if (!copy_from_user_nofault(bytes, (const void __user *)regs->ip, n))
+			break;
+	if (!n || !ng_decode_into(bytes, n, &dec))
+		return false;
+	this_cpu_or(ng_levels_busy, BIT(0));
+	this_cpu_inc(ng_fault_depth);
+	this_cpu_inc(ng_stats.faults);
+	emu = ng_emulate_fault(regs, m, address, bytes, n, &dec);
+	this_cpu_dec(ng_fault_depth);
+	this_cpu_and(ng_levels_busy, ~BIT(0));
+	if (emu == NG_YIELD)
+		ng_sync_take(&cpu);	/* no waiting here: a return to user mode */
+	/*
+	 * A rep string that stopped at an element it could not do (the next
+	 * page, a user page not there) after doing some: the registers say
+	 * where; it faults again from there, on that page.
+	 */
+	if (emu != NG_EMULATED && emu != NG_YIELD &&
+	    !(ng_is_string(&dec.insn) && dec.insn.rep && regs->cx != cx))
+		return false;
+	this_cpu_inc(ng_stats.emulated);
+	return true;
 }
 
 /* Runs in place of bad_area_nosemaphore() for a fault that was handled. */

@@ -63,12 +63,14 @@ static int __init ng_init(void)
 	ret = ng_flight_init();
 	if (ret)
 		goto err_pci;
+	ng_user_init();
 	ret = ng_nl_init();
 	if (ret)
-		goto err_flight;
+		goto err_user;
 	return 0;
 
-err_flight:
+err_user:
+	ng_user_exit();
 	ng_flight_exit();
 err_pci:
 	ng_pci_exit();
@@ -99,6 +101,7 @@ static void __exit ng_exit(void)
 	mutex_lock(&ng_mutex);
 	ng_disarm_all();
 	mutex_unlock(&ng_mutex);
+	ng_user_exit();
 	ng_probes_exit();
 	ng_fault_exit();
 	ng_step_exit();

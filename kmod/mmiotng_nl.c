@@ -136,6 +136,36 @@ static int ng_cmd_arm_existing(struct sk_buff *skb, struct genl_info *info)
 	return ret;
 }
 
+static int ng_cmd_trace_user(struct sk_buff *skb, struct genl_info *info)
+{
+	int ret = ng_user_start();
+
+	if (ret == -EOPNOTSUPP)
+		GENL_SET_ERR_MSG(info, "no CONFIG_NUMA_BALANCING (PROT_NONE entries)");
+	else if (ret)
+		GENL_SET_ERR_MSG(info, "processes' page faults are not hooked (see dmesg)");
+	return ret;
+}
+
+static int ng_cmd_arm_user(struct sk_buff *skb, struct genl_info *info)
+{
+	bool ok = true;
+	u64 virt = ng_get_u64(info, MMIOTNG_A_VIRT, &ok);
+	u64 size = ng_get_u64(info, MMIOTNG_A_SIZE, &ok);
+	int ret;
+
+	if (!ok || !info->attrs[MMIOTNG_A_PID])
+		return -EINVAL;
+	ret = ng_user_arm(nla_get_u32(info->attrs[MMIOTNG_A_PID]), virt, size);
+	if (ret == -EPERM)
+		GENL_SET_ERR_MSG(info, "TRACE_USER first");
+	else if (ret == -ESRCH)
+		GENL_SET_ERR_MSG(info, "no such process (or it has no memory)");
+	else if (ret == -EINVAL)
+		GENL_SET_ERR_MSG(info, "not a shared PFN mapping of that process");
+	return ret;
+}
+
 static int ng_cmd_disarm_all(struct sk_buff *skb, struct genl_info *info)
 {
 	ng_session_release(info->snd_portid, genl_info_net(info));
@@ -320,6 +350,8 @@ static const struct genl_small_ops ng_ops[] = {
 	NG_OP(MMIOTNG_CMD_FLIGHT_START, ng_cmd_flight_start, NG_NL_CLAIM),
 	NG_OP(MMIOTNG_CMD_FLIGHT_READ, ng_cmd_flight_read, 0),
 	NG_OP(MMIOTNG_CMD_SYNC, ng_cmd_sync, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_TRACE_USER, ng_cmd_trace_user, NG_NL_CLAIM),
+	NG_OP(MMIOTNG_CMD_ARM_USER, ng_cmd_arm_user, NG_NL_CLAIM),
 };
 
 static struct genl_family ng_family __ro_after_init = {

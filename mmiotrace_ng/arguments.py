@@ -112,6 +112,9 @@ def add_selection_options(ap: argparse.ArgumentParser) -> None:
                     help="ring buffer size (default %(default)s)")
     ap.add_argument("--no-existing", action="store_true",
                     help="do not trace mappings that exist before the start (--all never does)")
+    ap.add_argument("--no-user", action="store_true",
+                    help="do not trace the traced BARs' mappings into processes (an mmap of a "
+                         "sysfs resourceN file, a driver's mmap): say them only")
     ap.add_argument("--singlestep", action="store_true",
                     help="single-step every access instead of emulating (slow; for tests)")
     ap.add_argument("--flight", type=int, nargs="?", const=4096, metavar="N",

@@ -119,6 +119,9 @@ for d in kmod tests/drivers/edu_exerciser; do
     make -s -C "/lib/modules/$KVER/build" M="$repo/$d" clean >/dev/null
     make -s -C "/lib/modules/$KVER/build" M="$repo/$d" modules >/dev/null
 done
+# the user program of the guest tests of user-space tracing
+gcc -O2 -Wall -Werror -o "$repo/tests/drivers/user_mmio/user_mmio" \
+    "$repo/tests/drivers/user_mmio/user_mmio.c"
 # a helper that says it is of another interface version, for the guest test
 # of a stale helper left loaded (tests/guest/test_reliability.py)
 stale="$repo/tests/artifacts/stale-helper"

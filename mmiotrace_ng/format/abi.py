@@ -11,7 +11,7 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_ABI_VERSION: Final = 8
+MMIOTNG_ABI_VERSION: Final = 9
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
@@ -27,6 +27,11 @@ MMIOTNG_OP_UNKNOWN: Final = 2
 # mmiotng_access.flags
 MMIOTNG_F_SINGLESTEP: Final = 0x01
 MMIOTNG_F_REP: Final = 0x02
+MMIOTNG_F_USER: Final = 0x04     # from user mode, through a process's mapping
+
+# mmiotng_map.err (negated) of a page of a process's mapping no longer traced
+MMIOTNG_ERR_USER_KERNEL: Final = 67     # a kernel-mode or 32-bit access through it
+MMIOTNG_ERR_USER_INSN: Final = 68       # an instruction the helper does not emulate there
 
 # Generic netlink
 MMIOTNG_GENL_NAME: Final = "mmiotrace_ng"
@@ -65,6 +70,7 @@ class AccessFlag(IntFlag):
 
     SINGLESTEP = MMIOTNG_F_SINGLESTEP
     REP = MMIOTNG_F_REP
+    USER = MMIOTNG_F_USER
 
 
 class Mode(IntEnum):
@@ -89,6 +95,8 @@ class MmiotngCmd(IntEnum):
     MMIOTNG_CMD_FLIGHT_START = 8
     MMIOTNG_CMD_FLIGHT_READ = 9
     MMIOTNG_CMD_SYNC = 10
+    MMIOTNG_CMD_TRACE_USER = 11
+    MMIOTNG_CMD_ARM_USER = 12
 
 
 class MmiotngAttr(IntEnum):
@@ -122,7 +130,8 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_SYNC_NS = 25
     MMIOTNG_A_CPU = 26
     MMIOTNG_A_STAT_SYNC_LATE = 27
-    MMIOTNG_A_PAD = 28
+    MMIOTNG_A_PID = 28
+    MMIOTNG_A_PAD = 29
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -160,6 +169,7 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_SYNC_NS: "uint64",
     MmiotngAttr.MMIOTNG_A_CPU: "uint32",
     MmiotngAttr.MMIOTNG_A_STAT_SYNC_LATE: "uint64",
+    MmiotngAttr.MMIOTNG_A_PID: "uint32",
     MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 
@@ -182,6 +192,8 @@ class MmiotngAccess(ctypes.Structure):
         ("lost", ctypes.c_uint16),
         ("insn", ctypes.c_uint8 * MMIOTNG_INSN_BYTES),
         ("ts_ns", ctypes.c_uint64),
+        ("map_phys", ctypes.c_uint64),
+        ("map_len", ctypes.c_uint64),
     ]
 
 
@@ -193,7 +205,7 @@ class MmiotngMap(ctypes.Structure):
         ("phys", ctypes.c_uint64),
         ("size", ctypes.c_uint64),
         ("err", ctypes.c_int32),
-        ("pad", ctypes.c_uint32),
+        ("pid", ctypes.c_uint32),
     ]
 
 

@@ -200,6 +200,12 @@ class NgPhysRange(ctypes.Structure):
     _fields_ = [("start", ctypes.c_uint64), ("size", ctypes.c_uint64)]
 
 
+class NgUserMapKey(ctypes.Structure):
+    """struct ng_user_map_key: a process's mapping (map user_map_ids)."""
+
+    _fields_ = [("virt", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
 Record = (NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq
           | NgRecDma)
 
@@ -253,6 +259,7 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_rec_dma": NgRecDma,
     "ng_dev_name": NgDevName,
     "ng_phys_range": NgPhysRange,
+    "ng_user_map_key": NgUserMapKey,
     "ng_hist_key": NgHistKey,
     "ng_hist_val": NgHistVal,
 }

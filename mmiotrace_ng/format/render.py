@@ -19,7 +19,13 @@ from operator import add, and_, floordiv, mod, not_
 from typing import Final, NamedTuple
 
 from mmiotrace_ng.common import ringbuf
-from mmiotrace_ng.format.abi import MMIOTNG_OP_READ, MMIOTNG_OP_UNKNOWN, MMIOTNG_OP_WRITE
+from mmiotrace_ng.format.abi import (
+    MMIOTNG_ERR_USER_INSN,
+    MMIOTNG_ERR_USER_KERNEL,
+    MMIOTNG_OP_READ,
+    MMIOTNG_OP_UNKNOWN,
+    MMIOTNG_OP_WRITE,
+)
 from mmiotrace_ng.format.records import (
     NG_ERR_USER_MAP,
     VALID_OPS,
@@ -246,6 +252,15 @@ def untraced_reason(err: int) -> str:
     return UNTRACED_REASONS.get(-err, f"error {-err}")
 
 
+# the helper's words for a page of a process's mapping it stopped tracing
+USER_PAGE_REASONS: Final[dict[int, str]] = {
+    MMIOTNG_ERR_USER_KERNEL: "an access to it from kernel mode (a read() or write() of the "
+                             "mapping) or from a 32-bit process",
+    MMIOTNG_ERR_USER_INSN: "an access to it the helper does not emulate (an instruction it "
+                           "does not know, or a missing page on the other side of a copy)",
+}
+
+
 def untraced_text(rec: NgRecUntraced) -> str:
     """What a MARK line (and the tracer's stderr) says of a mapping that is not traced."""
     if not rec.virt and rec.err == -errno.ENODEV:   # a traced device went away
@@ -258,6 +273,9 @@ def untraced_text(rec: NgRecUntraced) -> str:
     if not rec.virt and rec.err == -errno.EAGAIN:
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is NOT traced: "
                 f"{untraced_reason(rec.err)}")
+    if -rec.err in USER_PAGE_REASONS:   # a page of a process's mapping given up
+        return (f"mmiotrace-ng: the page 0x{rec.phys:x} of process {rec.pid}'s mapping at "
+                f"0x{rec.virt:x} is NOT traced from here on: {USER_PAGE_REASONS[-rec.err]}")
     if rec.err == -NG_ERR_USER_MAP:     # mapped into a process (remap_pfn_range)
         return (f"mmiotrace-ng: the range 0x{rec.phys:x} size 0x{rec.len:x} is mapped into "
                 f"process {rec.pid} at 0x{rec.virt:x}: its accesses from user space are NOT "

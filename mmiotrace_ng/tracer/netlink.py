@@ -163,6 +163,15 @@ class HelperSocket:
                       {"MMIOTNG_A_VIRT": virt, "MMIOTNG_A_SIZE": size,
                        "MMIOTNG_A_PHYS": phys})
 
+    def trace_user(self) -> None:
+        """Trace the traced pages processes map from now on (remap_pfn_range)."""
+        self._request(MmiotngCmd.MMIOTNG_CMD_TRACE_USER, {})
+
+    def arm_user(self, pid: int, virt: int, size: int) -> None:
+        """Trace process pid's mapping [virt, virt + size), made before trace_user()."""
+        self._request(MmiotngCmd.MMIOTNG_CMD_ARM_USER,
+                      {"MMIOTNG_A_PID": pid, "MMIOTNG_A_VIRT": virt, "MMIOTNG_A_SIZE": size})
+
     def disarm_all(self) -> None:
         self._request(MmiotngCmd.MMIOTNG_CMD_DISARM_ALL, {})
 

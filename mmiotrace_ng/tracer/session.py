@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 from .. import __version__
 from ..common import ringbuf
@@ -90,6 +90,12 @@ def single_instance() -> int:
             raise UsageError("another mmiotrace-ng is running") from None
         raise
     return fd
+
+
+# why a process's mappings are not traced on some kernels (PREEMPT_RT's)
+NO_NUMA_BALANCING: Final = ("this kernel has no NUMA balancing (CONFIG_NUMA_BALANCING; "
+                            "PREEMPT_RT kernels have none), whose PROT_NONE page-table entries "
+                            "arming them needs")
 
 
 class OutputError(Exception):
@@ -186,12 +192,14 @@ class Session:
               flush=True)
         self.probes = Probes(self.args.all, self.args.buffer_size_kb,
                              histogram=self.args.histogram)
-        for note in self.probes.report_user_maps(ranges):
-            print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
-        # those processes hold already (the probe says later ones): said first,
-        # stamped before anything the filters below make
-        held = [] if self.args.no_existing else usermaps.records(usermaps.find(ranges))
-        PHASES.done("mappings into processes before the start (/proc/PID/maps)")
+        user = not getattr(self.args, "no_user", False)
+        held: list[tuple[int, int, int, int]] = []
+        if not user:
+            self.say_user_maps(ranges)
+            # those processes hold already, said first (stamped before
+            # anything the filters below make)
+            held = [] if self.args.no_existing else usermaps.find(ranges)
+            PHASES.done("mappings into processes before the start (/proc/PID/maps)")
         if not self.args.histogram:
             # recordings keep them always: report --irq, --dma show them
             notes = []
@@ -218,6 +226,14 @@ class Session:
                     # --all: traced already, from the bind of its device just now
                     if not (self.args.all and exc.errno == errno.EEXIST):
                         raise
+            if user and self.trace_user(ranges):
+                # after TRACE_USER: a mapping made meanwhile is armed by the helper
+                for m in [] if self.args.no_existing else usermaps.find(ranges):
+                    if not self.arm_user(*m):
+                        held.append(m)
+                PHASES.done("mappings into processes before the start (/proc/PID/maps)")
+            elif user and not self.args.no_existing:
+                held = usermaps.find(ranges)
             if self.args.singlestep:
                 self.helper.set_mode(MMIOTNG_MODE_SINGLESTEP)
             if getattr(self.args, "sync", False):
@@ -235,7 +251,7 @@ class Session:
         if self.raw:
             self.to_raw(self.raw.meta, recording_meta())
             self.to_raw(self.raw.header, header)
-        self.inject(held)
+        self.inject(usermaps.records(held))
         if not self.args.no_existing and not self.args.all:
             # each gets its MAP record from the helper, or a NOT traced one
             found = existing_mappings(ranges, read_vmallocinfo())
@@ -251,6 +267,45 @@ class Session:
                     # the ioremap probe; EPERM: the helper's own mapping
                     self.helper.arm_existing(m.virt, m.size, m.phys)
             PHASES.done("mappings made before the start (vmallocinfo)")
+
+    def say_user_maps(self, ranges: list[tuple[int, int]]) -> None:
+        """The traced ranges' mappings into processes are said, not traced."""
+        assert self.probes is not None
+        for note in self.probes.report_user_maps(ranges):
+            print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
+
+    def trace_user(self, ranges: list[tuple[int, int]]) -> bool:
+        """The helper traces the traced ranges' mappings into processes from
+        now on; if it cannot, they are said (False)."""
+        from .netlink import HelperError
+
+        assert self.helper is not None
+        try:
+            self.helper.trace_user()
+            return True
+        except HelperError as exc:
+            why = (NO_NUMA_BALANCING if exc.errno == errno.EOPNOTSUPP
+                   else f"the helper cannot ({exc})")
+            print(f"mmiotrace-ng: mappings of the traced ranges into processes are said, "
+                  f"NOT traced: {why}", file=sys.stderr, flush=True)
+        self.say_user_maps(ranges)
+        return False
+
+    def arm_user(self, pid: int, virt: int, phys: int, size: int) -> bool:
+        """Trace a mapping a process held before the start; False if the
+        helper refused it (it is said, then)."""
+        from .netlink import HelperError
+
+        assert self.helper is not None
+        try:
+            self.helper.arm_user(pid, virt, size)
+            return True
+        except HelperError as exc:
+            if exc.errno == errno.ESRCH:
+                return True     # the process is gone: nothing to say
+            print(f"mmiotrace-ng: process {pid}'s mapping at 0x{virt:x} is NOT traced: {exc}",
+                  file=sys.stderr, flush=True)
+            return False
 
     def start_flight(self, header: str) -> None:
         """--flight: the helper keeps the last accesses in the reserved region,

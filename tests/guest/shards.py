@@ -50,6 +50,7 @@ SECONDS = {
     "test_truth.py": 33,
     "test_unplug.py": 15,
     "test_user_maps.py": 20,           # not in the junit run above: an estimate
+    "test_user_trace.py": 30,          # the same
 }
 # tests/run's short boots (single-threaded TCG, signatures enforced,
 # lockdown, then the flight recorder's boot) run after the last part, beside

@@ -1,4 +1,5 @@
-"""A traced BAR mapped into a process is said, not left unmentioned: edu's
+"""With --no-user, a traced BAR mapped into a process is said, not traced
+(test_user_trace.py: traced, the default), and not left unmentioned: edu's
 BAR0 mapped through its sysfs resource0 file by a process of its own (no
 driver bound: a driver's claim refuses such mappings), while tracing and
 before the start.  The process prints its pid, the address mmap gave it
@@ -73,7 +74,7 @@ def marks(text: str) -> list[str]:
 
 
 def test_a_mapping_made_while_tracing_is_said_in_the_trace_and_its_recording(edu):
-    ng = NgTracer(["--pci", edu.name], "user-map-while").start()
+    ng = NgTracer(["--pci", edu.name, "--no-user"], "user-map-while").start()
     try:
         m = Mapper(edu)
         m.stop()
@@ -93,7 +94,7 @@ def test_a_mapping_made_while_tracing_is_said_in_the_trace_and_its_recording(edu
 def test_a_mapping_made_before_the_start_is_said_once_at_the_start(edu):
     m = Mapper(edu)
     try:
-        ng = NgTracer(["--pci", edu.name], "user-map-before").start()
+        ng = NgTracer(["--pci", edu.name, "--no-user"], "user-map-before").start()
         try:
             line = said(edu, m)
             text = ng.wait_for(line)

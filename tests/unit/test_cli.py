@@ -157,23 +157,24 @@ def test_each_subcommand_has_its_help(name, words, capsys):
 def test_the_trace_parses_the_same_options():
     args = arguments.parse_args([
         "--pci", "01:00.0", "--pci", "0000:03:00.0", "--all", "-o", "out.txt", "--compat",
-        "--pc", "--pid", "--buffer-size-kb", "64", "--no-existing", "--singlestep",
-        "--raw", "out.raw", "--helper", "mmiotng.ko", "-v", "--", "modprobe", "e1000"])
+        "--pc", "--pid", "--buffer-size-kb", "64", "--no-existing", "--no-user",
+        "--singlestep", "--raw", "out.raw", "--helper", "mmiotng.ko", "-v", "--",
+        "modprobe", "e1000"])
     assert vars(args) == {"verbose": True,
         "pci": ["01:00.0", "0000:03:00.0"], "all": True, "output": "out.txt",
         "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
-        "no_existing": True, "singlestep": True, "raw": "out.raw",
+        "no_existing": True, "no_user": True, "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
         "histogram": False, "interval": None, "irq": False, "dma": False,
         "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--all"])) == {
         "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
-        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None,
         "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
         "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
-        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "singlestep": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0,
         "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     # --flight alone keeps 4096 per CPU; N and the region as given

@@ -78,3 +78,15 @@ def test_a_mapped_file_name_that_is_not_utf8_does_not_stop_the_scan(tmp_path):
                      .encode("latin-1") + maps.read_bytes())
     assert usermaps.find([(BAR0, BAR0 + 0x1000)], proc, root) == [
         (42, 0x7f0000000000, BAR0, 0x1000)]
+
+
+def test_a_page_the_helper_gave_up_is_said_with_its_process_and_why():
+    from mmiotrace_ng.format.abi import MMIOTNG_ERR_USER_INSN, MMIOTNG_ERR_USER_KERNEL
+    from mmiotrace_ng.format.records import NgRecUntraced
+
+    for err, why in ((MMIOTNG_ERR_USER_KERNEL, "an access to it from kernel mode"),
+                     (MMIOTNG_ERR_USER_INSN, "an access to it the helper does not emulate")):
+        rec = NgRecUntraced(phys=0xFEA01000, virt=0x7F0000001000, len=0x1000, err=-err, pid=77)
+        assert untraced_text(rec).startswith(
+            "mmiotrace-ng: the page 0xfea01000 of process 77's mapping at 0x7f0000001000 is "
+            f"NOT traced from here on: {why}")

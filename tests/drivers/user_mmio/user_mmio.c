@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The truth for the tests of user-space tracing: maps a PCI device's BAR
+ * through its sysfs resource file and makes a known sequence of accesses,
+ * printing each as it made it (pid, R or W, width, offset, the value read
+ * or written, the address of the instruction):
+ *
+ *   ACCESS pid op width offset value pc
+ *
+ * Usage: user_mmio RESOURCE_FILE [fork] [syscall] [loop SECONDS] [hold]
+ *   fork: then a child makes one read of offset 0 and prints it too;
+ *   syscall: then the kernel reads the mapping (a write() of its first 4
+ *            bytes into a pipe) and it prints "PIPE value";
+ *   loop: then it reads offset 0 for that long (0: until a SIGUSR1) and
+ *         prints "LOOP reads wrong", the reads made and those that did
+ *         not read the identification;
+ *   hold: then it waits for a line on stdin, makes 64 reads of offset 0
+ *         and prints "FAULTS n", the page faults the kernel handled for
+ *         them (getrusage's minor and major faults: an entry left armed is
+ *         made present by the kernel at its first access, one fault; a
+ *         fault the tracer's helper emulates is not counted there).  Not
+ *         a perf counter: enabling one patches the kernel's fault path,
+ *         which multi-threaded TCG can run stale on another vCPU.
+ * It prints "MAPPED pid address" first.  The offsets are QEMU edu's:
+ * 0x00 (identification), 0x04 (liveness: reads back the complement of
+ * what was written), 0x80 (an 8-byte register).
+ */
+#define _GNU_SOURCE	/* RUSAGE_THREAD */
+#include <fcntl.h>
+#include <signal.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile uint8_t *bar;
+static volatile sig_atomic_t stop_loop;
+
+static void on_usr1(int sig)
+{
+	stop_loop = 1;
+}
+
+static void said(char op, int width, unsigned int off, uint64_t val, uint64_t pc)
+{
+	printf("ACCESS %d %c %d 0x%x 0x%" PRIx64 " 0x%" PRIx64 "\n",
+	       getpid(), op, width, off, val, pc);
+	fflush(stdout);
+}
+
+#define READ(insn, type, width, off)						\
+	do {									\
+		uint64_t pc;							\
+		type v;								\
+		asm volatile("lea 1f(%%rip), %1\n1: " insn " (%2), %0"		\
+			     : "=r" (v), "=&r" (pc)				\
+			     : "r" (bar + (off)) : "memory");			\
+		said('R', width, off, (uint64_t)v, pc);				\
+	} while (0)
+
+#define WRITE(insn, type, width, off, val)					\
+	do {									\
+		uint64_t pc;							\
+		type v = (val);							\
+		asm volatile("lea 1f(%%rip), %0\n1: " insn " %1, (%2)"		\
+			     : "=&r" (pc) : "r" (v), "r" (bar + (off)) : "memory");	\
+		said('W', width, off, (uint64_t)v, pc);				\
+	} while (0)
+
+/* rep movsb of n bytes from the BAR at off into buf: n one-byte reads */
+static void copy_in(unsigned int off, uint8_t *buf, unsigned long n)
+{
+	const volatile uint8_t *src = bar + off;
+	uint8_t *dst = buf;
+	unsigned long left = n, i;
+	uint64_t pc;
+
+	memset(buf, 0, n);	/* the user side is there: no fault on it */
+	asm volatile("lea 1f(%%rip), %0\n1: rep movsb"
+		     : "=&r" (pc), "+S" (src), "+D" (dst), "+c" (left) : : "memory");
+	for (i = 0; i < n; i++)
+		said('R', 1, off + i, buf[i], pc);
+}
+
+/* a 4-byte read of the BAR at offset 0 with a plain mov (whatever the compiler would make) */
+static uint32_t ident(void)
+{
+	uint32_t v;
+
+	asm volatile("movl (%1), %0" : "=r" (v) : "r" (bar) : "memory");
+	return v;
+}
+
+static long faults(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru))
+		return -1;
+	return ru.ru_minflt + ru.ru_majflt;
+}
+
+int main(int argc, char **argv)
+{
+	int fd, i, child = 0, hold = 0, sys = 0, loop = -1;
+	uint8_t buf[4];
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: user_mmio RESOURCE_FILE [fork] [hold]\n");
+		return 2;
+	}
+	for (i = 2; i < argc; i++) {
+		child |= !strcmp(argv[i], "fork");
+		hold |= !strcmp(argv[i], "hold");
+		sys |= !strcmp(argv[i], "syscall");
+		if (!strcmp(argv[i], "loop") && i + 1 < argc)
+			loop = atoi(argv[++i]);
+	}
+	fd = open(argv[1], O_RDWR | O_SYNC);
+	if (fd < 0) {
+		perror(argv[1]);
+		return 1;
+	}
+	bar = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (bar == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	close(fd);
+	printf("MAPPED %d 0x%lx\n", getpid(), (unsigned long)bar);
+	fflush(stdout);
+	READ("movl", uint32_t, 4, 0x00);
+	WRITE("movl", uint32_t, 4, 0x04, 0x12345678);
+	READ("movl", uint32_t, 4, 0x04);
+	WRITE("movq", uint64_t, 8, 0x80, 0x1122334455667000ULL);
+	READ("movq", uint64_t, 8, 0x80);
+	READ("movb", uint8_t, 1, 0x00);
+	READ("movw", uint16_t, 2, 0x00);
+	copy_in(0x08, buf, sizeof(buf));
+	if (child) {
+		pid_t pid = fork();
+
+		if (pid < 0) {
+			perror("fork");
+			return 1;
+		}
+		if (!pid) {
+			READ("movl", uint32_t, 4, 0x00);
+			_exit(0);
+		}
+		if (waitpid(pid, &i, 0) != pid || !WIFEXITED(i) || WEXITSTATUS(i)) {
+			fprintf(stderr, "the child failed\n");
+			return 1;
+		}
+	}
+	if (sys) {
+		uint32_t got = 0;
+		int p[2];
+
+		if (pipe(p) || write(p[1], (const void *)bar, 4) != 4 ||
+		    read(p[0], &got, 4) != 4) {
+			perror("pipe");
+			return 1;
+		}
+		printf("PIPE 0x%x\n", got);
+		fflush(stdout);
+	}
+	if (loop >= 0) {
+		time_t end = time(NULL) + loop;
+		uint64_t reads = 0, wrong = 0;
+
+		signal(SIGUSR1, on_usr1);
+		printf("LOOPING\n");
+		fflush(stdout);
+		while (loop ? time(NULL) < end : !stop_loop) {
+			for (i = 0; i < 256; i++, reads++)
+				wrong += ident() != 0x010000ed;
+		}
+		printf("LOOP %" PRIu64 " %" PRIu64 "\n", reads, wrong);
+		fflush(stdout);
+	}
+	if (hold) {
+		uint64_t sum = 0;
+		char line[16];
+		long n;
+
+		printf("HOLDING\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+		n = faults();
+		for (i = 0; i < 64; i++)
+			sum += ident();
+		n = faults() - n;
+		printf("FAULTS %ld %s\n", n, sum == 64ULL * 0x010000ed ? "ident" : "wrong");
+		fflush(stdout);
+	}
+	return 0;
+}

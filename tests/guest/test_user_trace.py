@@ -1,0 +1,222 @@
+"""Accesses from user space through a traced BAR's mapping are traced: edu's
+BAR0 mapped through its sysfs resource0 file (no driver bound: a driver's
+claim refuses such mappings) by tests/drivers/user_mmio, which prints each
+access it made (pid, op, width, offset, value, the instruction's address).
+The truth is that program's own output: the trace must hold exactly those
+accesses, in order, with its pid and PC (--pid --pc), after a MAP of its
+mapping at the address mmap gave it; a forked child's access gets a MAP
+and records of its own.  After the tracer stops, the program's accesses
+must take no page fault the kernel handles (getrusage in the program: an
+entry left armed would take one) and read right."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import EDU_ID, _rmmod
+from kernel_tracer import find_pci_device
+from ng_tracer import NgTracer
+
+PROGRAM = Path(__file__).resolve().parent.parent / "drivers" / "user_mmio" / "user_mmio"
+EDU_IDENT = 0x010000ED
+ACCESS = re.compile(r"^ACCESS (\d+) ([RW]) (\d) (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+)$")
+RW = re.compile(r"^([RW]) (\d) \d+\.\d{6} (\d+) (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+) (\d+)$")
+MAP = re.compile(r"^MAP \d+\.\d{6} (\d+) (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+) 0x0 (\d+)$")
+
+
+# arming a process's entries needs PROT_NONE entries: NUMA balancing, which
+# PREEMPT_RT kernels have not (there the mappings are said: test_user_maps.py)
+NUMA_BALANCING = Path("/proc/sys/kernel/numa_balancing").exists()
+
+
+@pytest.fixture
+def edu() -> Iterator[Path]:
+    """edu's sysfs directory, with no driver bound."""
+    if not NUMA_BALANCING:      # the suites boot no such kernel; the fallback: test_session
+        pytest.skip("no NUMA balancing (a PREEMPT_RT kernel): mappings are said, not traced")
+    dev = find_pci_device(*EDU_ID)
+    assert dev is not None, "boot the test VM with QEMU's edu device"
+    assert PROGRAM.exists(), f"{PROGRAM} is built by tests/setup.sh"
+    _rmmod("edu_exerciser")
+    sysdev = Path("/sys/bus/pci/devices") / dev.name
+    assert not (sysdev / "driver").exists(), "edu has a driver bound"
+    yield sysdev
+
+
+def bar0(sysdev: Path) -> int:
+    return int((sysdev / "resource").read_text().split()[0], 16)
+
+
+class Program:
+    """user_mmio running on edu's resource0, holding the mapping at the end."""
+
+    def __init__(self, sysdev: Path, *args: str) -> None:
+        self.proc = subprocess.Popen([str(PROGRAM), str(sysdev / "resource0"), *args, "hold"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        while not self.lines or self.lines[-1] != "HOLDING":
+            line = self._line()
+            self.lines.append(line)
+        pid, addr = self.lines[0].split()[1:]
+        assert self.lines[0].startswith("MAPPED ") and int(pid) == self.proc.pid
+        self.addr = int(addr, 16)
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"user_mmio ended ({self.proc.wait(30)}): {self.lines}"
+        return line.rstrip("\n")
+
+    def accesses(self) -> list[tuple[int, str, int, int, int, int]]:
+        return [(int(m[1]), m[2], int(m[3]), int(m[4], 16), int(m[5], 16), int(m[6], 16))
+                for m in map(ACCESS.match, self.lines) if m]
+
+    def finish(self) -> tuple[int, str]:
+        """The page faults the kernel handled for 64 reads now, and whether
+        they read the ident."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        _, n, what = self._line().split()
+        assert self.proc.wait(30) == 0
+        return int(n), what
+
+
+def traced(text: str, base: int) -> tuple[dict[int, tuple[int, int, int, int]], list[tuple]]:
+    """The MAP lines (map id: phys, virt, len, pid) and the R/W lines of the
+    BAR (pid, op, width, offset, value, pc, map id)."""
+    maps = {int(m[1]): (int(m[2], 16), int(m[3], 16), int(m[4], 16), int(m[5]))
+            for m in map(MAP.match, text.splitlines()) if m}
+    rws = [(int(m[7]), m[1], int(m[2]), int(m[4], 16) - base, int(m[5], 16), int(m[6], 16),
+            int(m[3])) for m in map(RW.match, text.splitlines()) if m]
+    return maps, rws
+
+
+def test_a_process_accesses_are_traced_with_its_pid_and_pc_and_nothing_stays_armed(edu):
+    base = bar0(edu)
+    ng = NgTracer(["--pci", edu.name, "--pid", "--pc"], "user-trace").start()
+    try:
+        prog = Program(edu, "fork")
+        ng.wait_for(f"{prog.accesses()[-1][5]:#x}")
+    finally:
+        assert ng.stop() == 0
+    text = ng.text()
+    faults, read = prog.finish()
+    done = prog.accesses()
+    parent = [a for a in done if a[0] == prog.proc.pid]
+    children = [a for a in done if a[0] != prog.proc.pid]
+    assert len(parent) == 11 and len(children) == 1, done
+    assert parent[0][1:5] == ("R", 4, 0, EDU_IDENT)
+    assert parent[2][1:5] == ("R", 4, 4, 0xEDCBA987)      # edu's liveness: ~0x12345678
+    maps, rws = traced(text, base)
+    # every access, in order, with its pid, op, width, offset, value and pc
+    assert [r[:6] for r in rws] == done, (rws, done)
+    # each process's accesses through a MAP of its own: the mapping's
+    # address there, BAR0's first page, the process's pid
+    for pid in (prog.proc.pid, children[0][0]):
+        ids = {r[6] for r in rws if r[0] == pid}
+        assert len(ids) == 1, (pid, rws)
+        assert maps[ids.pop()] == (base, prog.addr, 0x1000, pid), maps
+    # each MAP before the accesses through it
+    lines = text.splitlines()
+    for map_id in maps:
+        first_rw = next(i for i, line in enumerate(lines)
+                        if (m := RW.match(line)) and int(m[3]) == map_id)
+        assert any((m := MAP.match(line)) and int(m[1]) == map_id
+                   for line in lines[:first_rw]), lines[:first_rw + 1]
+    # nothing left armed: the reads after the stop took no fault, and read right
+    assert (faults, read) == (0, "ident")
+    assert "NOT traced" not in ng.stderr()
+
+
+def test_a_mapping_held_before_the_start_is_traced_from_the_start(edu):
+    base = bar0(edu)
+    prog = Program(edu)
+    ng = NgTracer(["--pci", edu.name, "--pid", "--pc"], "user-trace-before").start()
+    try:
+        faults, read = prog.finish()
+        ng.wait_for(f"{base:#x} {EDU_IDENT:#x} ")
+    finally:
+        assert ng.stop() == 0
+    # each read trapped and emulated, none handled by the kernel
+    assert read == "ident" and faults == 0
+    maps, rws = traced(ng.text(), base)
+    reads = [r for r in rws if r[0] == prog.proc.pid]
+    assert len(reads) == 64 and all(r[1:5] == ("R", 4, 0, EDU_IDENT) for r in reads), rws
+    assert {r[6] for r in reads} == {min(maps)}
+    assert maps[min(maps)] == (base, prog.addr, 0x1000, prog.proc.pid)
+
+
+def test_a_kernel_access_through_the_mapping_gives_its_page_up_and_says_so(edu):
+    """A write() from the mapping into a pipe: the kernel's own copy faults
+    on the armed page, which is given up (said) and works untraced."""
+    base = bar0(edu)
+    untraced = Program(edu, "syscall")
+    assert untraced.finish() == (0, "ident")
+    ng = NgTracer(["--pci", edu.name], "user-trace-kernel").start()
+    try:
+        prog = Program(edu, "syscall")
+        line = (f"mmiotrace-ng: the page {base:#x} of process {prog.proc.pid}'s mapping at "
+                f"{prog.addr:#x} is NOT traced from here on: an access to it from kernel mode")
+        ng.wait_for(line)
+        faults, read = prog.finish()
+    finally:
+        assert ng.stop() == 0
+    # the kernel's copy (edu reads what a byte-wise copy reads) as untraced
+    pipe = [line for line in prog.lines if line.startswith("PIPE ")]
+    assert len(pipe) == 1 and pipe == [x for x in untraced.lines if x.startswith("PIPE ")]
+    assert (faults, read) == (0, "ident")       # the page given up: no fault since
+    assert line in ng.stderr()
+    assert sum(line in t for t in ng.text().splitlines()) == 1
+
+
+def test_tracers_come_and_go_while_a_process_reads_on_another_cpu(edu):
+    """Arming at a start (ARM_USER), the process's faults on CPU 1 and the
+    disarm at a stop or a SIGKILL of the tracer on CPU 0, over and over:
+    every read the process made read the identification, each tracer
+    traced some of them, and none is left armed."""
+    base = bar0(edu)
+    proc = subprocess.Popen(["taskset", "-c", "1", str(PROGRAM), str(edu / "resource0"),
+                             "loop", "0", "hold"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        lines = [proc.stdout.readline().rstrip("\n")]
+        assert lines[0].startswith("MAPPED ")
+        while lines[-1] != "LOOPING":
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            assert lines[-1], lines
+        cycles = 0
+        deadline = time.monotonic() + 40
+        while cycles < 2 or time.monotonic() < deadline:
+            ng = NgTracer(["--pci", edu.name, "--pid"], f"user-trace-race-{cycles}").start()
+            try:
+                ng.wait_for(f"{base:#x} {EDU_IDENT:#x} ")
+            finally:
+                status = ng.stop(signal.SIGKILL if cycles % 2 else signal.SIGINT)
+            assert status in (0, -signal.SIGKILL)
+            assert "NOT traced" not in ng.stderr()
+            traced_reads = [m for m in map(RW.match, ng.text().splitlines())
+                            if m and int(m[7]) == proc.pid]
+            assert traced_reads and all(int(m[5], 16) == EDU_IDENT for m in traced_reads)
+            cycles += 1
+        proc.send_signal(signal.SIGUSR1)       # the loop ends
+        while not lines[-1].startswith("HOLDING"):
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            assert lines[-1], lines
+        loop = next(line for line in lines if line.startswith("LOOP "))
+        reads, wrong = map(int, loop.split()[1:])
+        assert reads > 0 and wrong == 0, loop
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().split()[1:] == ["0", "ident"]    # nothing left armed
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait(30)
