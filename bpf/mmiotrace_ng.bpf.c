@@ -22,7 +22,7 @@
  *   helper traces such mappings otherwise);
  * - an access through a process's mapping (MMIOTNG_F_USER) that has no map
  *   id in user_map_ids yet -> its MAP first (the process's pid, the user
- *   address).
+ *   address); vm_area_free entry (a kprobe) of such a mapping -> its UNMAP.
  *
  * Everything goes into one ring buffer.  A failed reserve counts a drop on
  * this CPU; the next record of the CPU carries the count in hdr.lost, so
@@ -96,7 +96,7 @@ BPF_HASH(claimed_ids, u32, u8, 64);
 BPF_HASH(ioremap_args, u64, struct ng_ioremap_args, 1024);
 BPF_HASH(map_ids, u64, s32, 4096);
 /* processes' mappings (MMIOTNG_F_USER), by process and user address: a fork's copy is its own */
-BPF_TABLE("lru_hash", struct ng_user_map_key, s32, user_map_ids, 4096);
+BPF_TABLE("lru_hash", struct ng_user_map_key, struct ng_user_map_val, user_map_ids, 4096);
 /* enum ng_config slots, set by the loader before it arms anything */
 BPF_ARRAY(config, u32, NG_CONFIG_SLOTS);
 /* --histogram: accesses counted per (register, place); [0] of hist_full:
@@ -417,6 +417,20 @@ static __always_inline void ng_count_access(const struct mmiotng_access *acc)
 	v->last_ns = bpf_ktime_get_ns();
 }
 
+/* The current task's address space (its tgid where the BTF did not say where it is) */
+static __always_inline u64 ng_current_mm(void)
+{
+#ifdef NG_OFF_TASK_MM
+	const void *task = (const void *)bpf_get_current_task();
+	u64 mm = 0;
+
+	bpf_probe_read_kernel(&mm, sizeof(mm), NG_AT(task, NG_OFF_TASK_MM));
+	return mm;
+#else
+	return bpf_get_current_pid_tgid() >> 32;
+#endif
+}
+
 /*
  * The map id of a process's mapping (an access with MMIOTNG_F_USER): the
  * first access of each process through it gives it one, and its MAP (the
@@ -427,22 +441,21 @@ static __always_inline void ng_count_access(const struct mmiotng_access *acc)
  */
 static __always_inline s32 ng_user_map_id(const struct mmiotng_access *acc)
 {
-	struct ng_user_map_key k = {
-		.virt = acc->map_virt, .tgid = bpf_get_current_pid_tgid() >> 32,
-	};
+	struct ng_user_map_key k = { .virt = acc->map_virt, .mm = ng_current_mm() };
+	struct ng_user_map_val v = { .tgid = bpf_get_current_pid_tgid() >> 32 };
+	struct ng_user_map_val *found;
 	struct ng_rec_map *m;
-	s32 *found, id;
 
 	found = user_map_ids.lookup(&k);
 	if (found)
-		return *found;
-	id = ng_new_map_id();
-	if (id < 0)
+		return found->map_id;
+	v.map_id = ng_new_map_id();
+	if (v.map_id < 0)
 		return -1;
 	/* two threads' first accesses at once: one MAP, the loser takes its id */
-	if (user_map_ids.insert(&k, &id)) {
+	if (user_map_ids.insert(&k, &v)) {
 		found = user_map_ids.lookup(&k);
-		return found ? *found : -1;
+		return found ? found->map_id : -1;
 	}
 	/* the access's stamp where the helper made one: not after it */
 	m = ng_reserve_at(sizeof(*m), NG_REC_MAP, acc->ts_ns);
@@ -454,11 +467,43 @@ static __always_inline s32 ng_user_map_id(const struct mmiotng_access *acc)
 	m->virt = acc->map_virt;
 	m->len = acc->map_len;
 	m->ip = 0;
-	m->map_id = id;
-	m->pid = k.tgid;
+	m->map_id = v.map_id;
+	m->pid = v.tgid;
 	events.ringbuf_submit(m, 0);
-	return id;
+	return v.map_id;
 }
+
+#if defined(NG_OFF_VMA_START) && defined(NG_OFF_VMA_MM) && defined(NG_OFF_TASK_MM)
+/*
+ * vm_area_free() entry (a kprobe): a process's VMA goes (munmap, exit,
+ * exec, the old place of an mremap, the part of a split that went); one
+ * that has a map id here gets its UNMAP.
+ */
+int on_vm_area_free(struct pt_regs *ctx)
+{
+	const void *vma = (const void *)PT_REGS_PARM1(ctx);
+	struct ng_user_map_key k = {};
+	struct ng_user_map_val *v;
+	struct ng_rec_unmap *r;
+
+	if (bpf_probe_read_kernel(&k.virt, sizeof(k.virt), NG_AT(vma, NG_OFF_VMA_START)) ||
+	    bpf_probe_read_kernel(&k.mm, sizeof(k.mm), NG_AT(vma, NG_OFF_VMA_MM)))
+		return 0;
+	v = user_map_ids.lookup(&k);
+	if (!v)
+		return 0;
+	r = ng_reserve(sizeof(*r), NG_REC_UNMAP);
+	if (r) {
+		r->virt = k.virt;
+		r->ip = 0;
+		r->map_id = v->map_id;
+		r->pid = v->tgid;
+		events.ringbuf_submit(r, 0);
+	}
+	user_map_ids.delete(&k);
+	return 0;
+}
+#endif
 
 /*
  * on_access is a raw_tracepoint.w program: the helper's access tracepoint

@@ -82,11 +82,20 @@ struct ng_rec_map {
 	__u32 pid;
 };
 
-/* user_map_ids' key: a process's mapping by its process and its user address */
+/*
+ * user_map_ids' key: a process's mapping by its address space (its
+ * mm_struct; the process's tgid on a kernel whose BTF does not say where a
+ * task keeps it) and its user address there
+ */
 struct ng_user_map_key {
 	__u64 virt;
+	__u64 mm;
+};
+
+/* user_map_ids' value: the map id, and the process its MAP named */
+struct ng_user_map_val {
+	__s32 map_id;
 	__u32 tgid;
-	__u32 pad;
 };
 
 /* UNMAP: iounmap of a traced mapping (map_id -1 when unknown) */

@@ -203,7 +203,13 @@ class NgPhysRange(ctypes.Structure):
 class NgUserMapKey(ctypes.Structure):
     """struct ng_user_map_key: a process's mapping (map user_map_ids)."""
 
-    _fields_ = [("virt", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+    _fields_ = [("virt", ctypes.c_uint64), ("mm", ctypes.c_uint64)]
+
+
+class NgUserMapVal(ctypes.Structure):
+    """struct ng_user_map_val: its map id and process."""
+
+    _fields_ = [("map_id", ctypes.c_int32), ("tgid", ctypes.c_uint32)]
 
 
 Record = (NgRecAccess | NgRecMap | NgRecUnmap | NgRecMark | NgRecUntraced | NgRecIrq
@@ -260,6 +266,7 @@ C_STRUCTS: Final[dict[str, type[ctypes.Structure]]] = {
     "ng_dev_name": NgDevName,
     "ng_phys_range": NgPhysRange,
     "ng_user_map_key": NgUserMapKey,
+    "ng_user_map_val": NgUserMapVal,
     "ng_hist_key": NgHistKey,
     "ng_hist_val": NgHistVal,
 }

@@ -1,4 +1,4 @@
-"""Where the BPF programs of interrupts and DMA find the kernel's struct
+"""Where the BPF programs of interrupts, DMA and processes' mappings find the kernel's struct
 members: their offsets, read from the kernel's BTF when the object is
 compiled, given to the compiler as -D flags.
 
@@ -26,6 +26,10 @@ OFFSETS = {
     # CONFIG_NEED_SG_DMA_LENGTH: dma_length, else length
     "NG_OFF_SG_DMA_LENGTH": ("scatterlist", "dma_length"),
     "NG_OFF_SG_LENGTH": ("scatterlist", "length"),
+    # a process's mapping: its mm (the key of its map id) and its UNMAP
+    "NG_OFF_TASK_MM": ("task_struct", "mm"),
+    "NG_OFF_VMA_START": ("vm_area_struct", "vm_start"),
+    "NG_OFF_VMA_MM": ("vm_area_struct", "vm_mm"),
 }
 SIZES = {"NG_SIZEOF_SCATTERLIST": "scatterlist"}
 

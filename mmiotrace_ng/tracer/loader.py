@@ -79,8 +79,12 @@ DMA_PROGRAMS = ("on_dma_map", "on_dma_unmap", "on_dma_alloc", "on_dma_free", "on
 # a traced range mapped into a process: said, not traced (remap_pfn_range)
 USER_MAP_PROGRAM = "on_remap_pfn_range"
 USER_MAP_FUNCTION = "remap_pfn_range"
+# a process's traced mapping goes: its UNMAP (vm_area_free)
+USER_UNMAP_PROGRAM = "on_vm_area_free"
+USER_UNMAP_FUNCTION = "vm_area_free"
 # what compiled()/prefetch() get of the tracer's object beside its source
-OBJECT_OPTIONS: dict[str, Any] = {"optional": (*IRQ_PROGRAMS, *DMA_PROGRAMS, USER_MAP_PROGRAM),
+OBJECT_OPTIONS: dict[str, Any] = {"optional": (*IRQ_PROGRAMS, *DMA_PROGRAMS, USER_MAP_PROGRAM,
+                                               USER_UNMAP_PROGRAM),
                                   "defines": layout.kernel_defines}
 NO_LAYOUT = ("this kernel's BTF (/sys/kernel/btf/vmlinux) does not say where the kernel keeps "
              "what the {} programs read: {} not traced")
@@ -292,6 +296,23 @@ class Probes:
             return notes
         return [*notes, f"cannot probe {USER_MAP_FUNCTION}: a traced range mapped into a "
                 "process (its accesses from user space are not traced) is not said"]
+
+    def trace_user_unmaps(self) -> list[str]:
+        """The UNMAP of each process's traced mapping when it goes (munmap,
+        exit, exec, mremap).  What cannot be done is in the list returned."""
+        notes = []
+        try:
+            if USER_UNMAP_PROGRAM in self._obj.progs:
+                self._load_programs((USER_UNMAP_PROGRAM,))
+        except LoaderError as exc:
+            notes.append(str(exc))
+        if USER_UNMAP_PROGRAM in self.progs and \
+                self._kprobe(USER_UNMAP_FUNCTION, USER_UNMAP_PROGRAM):
+            self.attached.append(USER_UNMAP_FUNCTION)
+            return notes
+        return [*notes, "processes' mappings get no UNMAP line: "
+                f"{USER_UNMAP_FUNCTION} cannot be probed, or the kernel's BTF does not say "
+                "where a VMA keeps its start and address space"]
 
     def trace_dma(self, devices: list[str]) -> list[str]:
         """Record the DMA mappings of these devices: the kernel's dma

@@ -282,14 +282,17 @@ class Session:
         assert self.helper is not None
         try:
             self.helper.trace_user()
-            return True
         except HelperError as exc:
             why = (NO_NUMA_BALANCING if exc.errno == errno.EOPNOTSUPP
                    else f"the helper cannot ({exc})")
             print(f"mmiotrace-ng: mappings of the traced ranges into processes are said, "
                   f"NOT traced: {why}", file=sys.stderr, flush=True)
-        self.say_user_maps(ranges)
-        return False
+            self.say_user_maps(ranges)
+            return False
+        assert self.probes is not None
+        for note in self.probes.trace_user_unmaps():
+            print(f"mmiotrace-ng: {note}", file=sys.stderr, flush=True)
+        return True
 
     def arm_user(self, pid: int, virt: int, phys: int, size: int) -> bool:
         """Trace a mapping a process held before the start; False if the

@@ -28,6 +28,7 @@ EDU_IDENT = 0x010000ED
 ACCESS = re.compile(r"^ACCESS (\d+) ([RW]) (\d) (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+)$")
 RW = re.compile(r"^([RW]) (\d) \d+\.\d{6} (\d+) (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+) (\d+)$")
 MAP = re.compile(r"^MAP \d+\.\d{6} (\d+) (0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+) 0x0 (\d+)$")
+UNMAP = re.compile(r"^UNMAP \d+\.\d{6} (\d+) 0x0 (\d+)$")
 
 
 # arming a process's entries needs PROT_NONE entries: NUMA balancing, which
@@ -151,6 +152,36 @@ def test_a_mapping_held_before_the_start_is_traced_from_the_start(edu):
     assert len(reads) == 64 and all(r[1:5] == ("R", 4, 0, EDU_IDENT) for r in reads), rws
     assert {r[6] for r in reads} == {min(maps)}
     assert maps[min(maps)] == (base, prog.addr, 0x1000, prog.proc.pid)
+
+
+def test_a_mapping_s_unmap_comes_at_munmap_and_at_exit(edu):
+    """The program unmaps the BAR, maps it again and reads there, then exits:
+    an UNMAP of the first mapping (before the second's MAP) and one of the
+    second at the exit, each with the program's pid."""
+    base = bar0(edu)
+    ng = NgTracer(["--pci", edu.name, "--pid"], "user-trace-unmap").start()
+    try:
+        prog = Program(edu, "remap")
+        again = int(next(x for x in prog.lines if x.startswith("REMAPPED ")).split()[2], 16)
+        assert prog.finish() == (0, "ident")        # and the program exits
+        deadline = time.monotonic() + 60
+        while sum(map(bool, map(UNMAP.match, ng.text().splitlines()))) < 2:
+            assert time.monotonic() < deadline, ng.text()
+            time.sleep(0.2)
+    finally:
+        assert ng.stop() == 0
+    lines = ng.text().splitlines()
+    maps, rws = traced(ng.text(), base)
+    first, second = sorted(maps)
+    assert (maps[first][1], maps[second][1]) == (prog.addr, again), maps
+    unmaps = [(i, int(m[1]), int(m[2])) for i, m in enumerate(map(UNMAP.match, lines)) if m]
+    assert [u[1:] for u in unmaps] == [(first, prog.proc.pid), (second, prog.proc.pid)]
+    second_map = next(i for i, line in enumerate(lines)
+                      if (m := MAP.match(line)) and int(m[1]) == second)
+    last_rw = max(i for i, line in enumerate(lines) if RW.match(line))
+    assert unmaps[0][0] < second_map and unmaps[1][0] > last_rw, lines
+    # the 64 reads after the remap went through the second mapping
+    assert sum(1 for r in rws if r[6] == second) == 65
 
 
 def test_a_kernel_access_through_the_mapping_gives_its_page_up_and_says_so(edu):

@@ -268,6 +268,7 @@ def test_headers_parsed_completely() -> None:
         "ng_dev_name",
         "ng_phys_range",
         "ng_user_map_key",
+        "ng_user_map_val",
         "ng_hist_key",
         "ng_hist_val",
     }

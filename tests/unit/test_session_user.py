@@ -30,9 +30,14 @@ class FakeHelper:
 class FakeProbes:
     def __init__(self) -> None:
         self.said: list[list[tuple[int, int]]] = []
+        self.unmaps = False
 
     def report_user_maps(self, ranges: list[tuple[int, int]]) -> list[str]:
         self.said.append(ranges)
+        return []
+
+    def trace_user_unmaps(self) -> list[str]:
+        self.unmaps = True
         return []
 
 
@@ -53,6 +58,7 @@ def test_traced_when_the_helper_can(capsys):
     s, probes = session(FakeHelper())
     assert s.trace_user(RANGES) is True
     assert probes.said == [] and capsys.readouterr().err == ""
+    assert probes.unmaps
 
 
 def test_said_without_numa_balancing_with_why(capsys):

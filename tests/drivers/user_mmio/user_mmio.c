@@ -7,10 +7,12 @@
  *
  *   ACCESS pid op width offset value pc
  *
- * Usage: user_mmio RESOURCE_FILE [fork] [syscall] [loop SECONDS] [hold]
+ * Usage: user_mmio RESOURCE_FILE [fork] [syscall] [remap] [loop SECONDS] [hold]
  *   fork: then a child makes one read of offset 0 and prints it too;
  *   syscall: then the kernel reads the mapping (a write() of its first 4
  *            bytes into a pipe) and it prints "PIPE value";
+ *   remap: then it unmaps the BAR, maps it again, prints "REMAPPED pid
+ *          address" and reads offset 0 there;
  *   loop: then it reads offset 0 for that long (0: until a SIGUSR1) and
  *         prints "LOOP reads wrong", the reads made and those that did
  *         not read the identification;
@@ -107,7 +109,7 @@ static long faults(void)
 
 int main(int argc, char **argv)
 {
-	int fd, i, child = 0, hold = 0, sys = 0, loop = -1;
+	int fd, i, child = 0, hold = 0, sys = 0, remap = 0, loop = -1;
 	uint8_t buf[4];
 
 	if (argc < 2) {
@@ -118,6 +120,7 @@ int main(int argc, char **argv)
 		child |= !strcmp(argv[i], "fork");
 		hold |= !strcmp(argv[i], "hold");
 		sys |= !strcmp(argv[i], "syscall");
+		remap |= !strcmp(argv[i], "remap");
 		if (!strcmp(argv[i], "loop") && i + 1 < argc)
 			loop = atoi(argv[++i]);
 	}
@@ -131,7 +134,6 @@ int main(int argc, char **argv)
 		perror("mmap");
 		return 1;
 	}
-	close(fd);
 	printf("MAPPED %d 0x%lx\n", getpid(), (unsigned long)bar);
 	fflush(stdout);
 	READ("movl", uint32_t, 4, 0x00);
@@ -170,6 +172,21 @@ int main(int argc, char **argv)
 		printf("PIPE 0x%x\n", got);
 		fflush(stdout);
 	}
+	if (remap) {
+		if (munmap((void *)bar, 4096)) {
+			perror("munmap");
+			return 1;
+		}
+		bar = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (bar == MAP_FAILED) {
+			perror("mmap");
+			return 1;
+		}
+		printf("REMAPPED %d 0x%lx\n", getpid(), (unsigned long)bar);
+		fflush(stdout);
+		READ("movl", uint32_t, 4, 0x00);
+	}
+	close(fd);
 	if (loop >= 0) {
 		time_t end = time(NULL) + loop;
 		uint64_t reads = 0, wrong = 0;
