@@ -23,6 +23,7 @@ checks' status once they ran: a reset after them repeats it); the checkout's
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -45,6 +46,8 @@ COUNT = 5000            # writes before each death: more than the ring keeps
 RECS = 4096             # --flight N
 CPU = 1                 # where the writes run
 LOCKUP_WAIT = 90        # s: the RCU stall detector (timeout 3 s) panics well before
+SYS_MEMBARRIER = 324    # x86_64
+MEMBARRIER_CMD_GLOBAL = 1
 SYNC_SECONDS = 4        # --sync: how long the loop runs before QEMU quits
 FLIGHT = ARTIFACTS / "flight"
 NEXT = FLIGHT / "next"
@@ -102,6 +105,14 @@ def kill_during_loop() -> None:
             os.pwrite(count, f"{i}\n".ljust(16).encode(), 0)
 
 
+def wait_for_grace_period() -> None:
+    """membarrier(MEMBARRIER_CMD_GLOBAL): an RCU grace period, from user space."""
+    time.sleep(1)           # the writer is spinning by then
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(SYS_MEMBARRIER, MEMBARRIER_CMD_GLOBAL, 0, 0) != 0:
+        log(f"lockup: membarrier: {os.strerror(ctypes.get_errno())}")
+
+
 def lockup_not_detected() -> None:
     """The stall detector did not panic: put what the kernel knows on the
     console (every CPU's stack, the blocked tasks) and die by sysrq-c, so
@@ -134,11 +145,12 @@ def crash(name: str) -> None:
     proc = write_crash(name)
     if name == "lockup":
         # The RCU stall detector sees the spinning CPU only while a grace
-        # period waits for it: an idle 7.2 may start none for minutes.  A
-        # network namespace made and dropped needs one.
-        for _ in range(LOCKUP_WAIT):
-            time.sleep(1)
-            sh("unshare", "-n", "true")
+        # period waits for it: an idle 7.2 may start none for minutes.
+        # membarrier(GLOBAL) is synchronize_rcu() and nothing else (no
+        # work queued on the spinning CPU, no IPI): it waits for ever, in a
+        # thread of its own, while this one keeps the time.
+        threading.Thread(target=wait_for_grace_period, daemon=True).start()
+        time.sleep(LOCKUP_WAIT)
         lockup_not_detected()
     proc.wait(timeout=600)          # the oops kills the writer; the others never return
     time.sleep(2)
