@@ -300,7 +300,7 @@ static int ng_emu_write(void *ctx, unsigned long addr, unsigned int width, u64 v
 		return 0;
 	}
 	if (unlikely(c->m->user && !c->m->user_write))
-		return -EFAULT;		/* a process's read fault: its window is read-only */
+		return -EFAULT;		/* a read-only mapping: its window is read-only too */
 	if (!ng_reported(m, addr, width)) {
 		ng_io_write(io, width, val);	/* beside a small BAR: not traced */
 		return 0;
@@ -712,9 +712,10 @@ struct ng_decoded {
 static DEFINE_PER_CPU(struct ng_decoded [NG_DECODED], ng_decoded);
 
 /* The bytes decoded from scratch into dec (false: unknown) */
-static bool ng_decode_into(const u8 *bytes, unsigned int nbytes, struct ng_decoding *dec)
+static bool ng_decode_into(const u8 *bytes, unsigned int nbytes, struct ng_decoding *dec,
+			   bool alu)
 {
-	if (ng_decode(bytes, nbytes, &dec->insn))
+	if (alu ? ng_decode_alu(bytes, nbytes, &dec->insn) : ng_decode(bytes, nbytes, &dec->insn))
 		return false;
 	/* its failure leaves a plan of an unknown access: as good as any */
 	ng_compat_plan(bytes, nbytes, &dec->plan);
@@ -747,9 +748,9 @@ static const struct ng_decoding *ng_decode_cached(unsigned long ip, u8 *bytes,
 	if (!n)
 		return NULL;
 	if (nested)
-		return ng_decode_into(bytes, n, buf) ? buf : NULL;
+		return ng_decode_into(bytes, n, buf, false) ? buf : NULL;
 	d->ip = 0;	/* no entry while it is rewritten */
-	if (!ng_decode_into(bytes, n, &d->dec))
+	if (!ng_decode_into(bytes, n, &d->dec, false))
 		return NULL;
 	d->nbytes = max_t(unsigned int, d->dec.insn.len + 4, MMIOTNG_INSN_BYTES);
 	/*
@@ -934,7 +935,8 @@ bool ng_fault_user_map(struct pt_regs *regs, struct ng_mapping *m, unsigned long
 	for (n = NG_COMPAT_MAX_BYTES; n > 0; n--)
 		if (!copy_from_user_nofault(bytes, (const void __user *)regs->ip, n))
 			break;
-	if (!n || !ng_decode_into(bytes, n, &dec))
+	/* never stepped: the ALU ops on memory are emulated too */
+	if (!n || !ng_decode_into(bytes, n, &dec, true))
 		return false;
 	this_cpu_or(ng_levels_busy, BIT(0));
 	this_cpu_inc(ng_fault_depth);

@@ -176,7 +176,86 @@ static u8 ng_osize(const struct ng_insn *out)
 	return out->opsize ? 2 : 4;
 }
 
-int ng_decode(const u8 *buf, unsigned int avail, struct ng_insn *out)
+/* The immediate of @size bytes at buf[pos], sign-extended to @width. */
+static int ng_decode_imm(const u8 *buf, unsigned int avail, unsigned int pos,
+			 unsigned int size, unsigned int width, struct ng_insn *out)
+{
+	if (size > avail - pos)
+		return -EINVAL;
+	out->imm = ng_sext(ng_le(buf + pos, size), size) & ng_mask(width);
+	out->has_imm = true;
+	return pos + size;
+}
+
+/*
+ * The ALU instructions of ng_decode_alu() (opcode @b at buf[pos - 1]):
+ * the rest of the instruction into @out, or -EINVAL.
+ */
+static int ng_decode_alu_op(const u8 *buf, unsigned int avail, unsigned int pos,
+			    u8 b, struct ng_insn *out)
+{
+	unsigned int w = (b & 1) ? ng_osize(out) : 1, ext, immsz = 0;
+	int ret;
+
+	out->mem_width = w;
+	out->reg_width = w;
+	out->kind = NG_KIND_ALU_MEM;
+	if (b < 0x40 && (b & 7) < 4) {
+		out->alu = b >> 3;
+		if (b & 2)
+			out->kind = NG_KIND_ALU_REG;
+	} else if (b >= 0x80 && b <= 0x83 && b != 0x82) {
+		immsz = b == 0x81 ? (w == 2 ? 2 : 4) : 1;
+	} else if (b == 0x84 || b == 0x85) {
+		out->alu = NG_ALU_TEST;
+	} else if (b == 0x86 || b == 0x87) {
+		out->alu = NG_ALU_XCHG;
+	} else if (b != 0xf6 && b != 0xf7 && b != 0xfe && b != 0xff) {
+		return -EINVAL;
+	}
+	ret = ng_decode_modrm(buf, avail, pos, out);
+	if (ret < 0)
+		return ret;
+	pos = ret;
+	ext = (out->modrm >> 3) & 7;
+	if (b >= 0x80 && b <= 0x83) {
+		out->alu = ext;
+	} else if (b == 0xf6 || b == 0xf7) {
+		static const u8 f6[8] = { NG_ALU_TEST, 0xff, NG_ALU_NOT, NG_ALU_NEG,
+					  0xff, 0xff, 0xff, 0xff };
+
+		out->alu = f6[ext];
+		if (out->alu == 0xff)
+			return -EINVAL;	/* test /1 (undocumented), mul, div */
+		if (out->alu == NG_ALU_TEST)
+			immsz = w == 2 ? 2 : (w == 1 ? 1 : 4);
+	} else if (b == 0xfe || b == 0xff) {
+		if (ext > 1)
+			return -EINVAL;	/* call, jmp, push: not ALU ops */
+		out->alu = ext ? NG_ALU_DEC : NG_ALU_INC;
+	} else {
+		out->reg = ext | ((out->rex_bits & NG_REX_R) ? 8 : 0);
+		if (w == 1 && !out->rex && out->reg >= 4)
+			out->high8 = true;
+	}
+	if (immsz) {
+		ret = ng_decode_imm(buf, avail, pos, immsz, w, out);
+		if (ret < 0)
+			return ret;
+		pos = ret;
+	}
+	/* lock: only on a memory destination that is written (else #UD) */
+	if (out->lock && (out->kind != NG_KIND_ALU_MEM || out->alu == NG_ALU_CMP ||
+			  out->alu == NG_ALU_TEST))
+		return -EINVAL;
+	if (pos > NG_INSN_MAX_LEN)
+		return -EINVAL;
+	out->len = pos;
+	return 0;
+}
+
+static int ng_decode_common(const u8 *buf, unsigned int avail, struct ng_insn *out,
+			    bool alu)
 {
 	unsigned int pos = 0, immsz = 0;
 	bool f3 = false, twobyte = false;
@@ -217,10 +296,14 @@ int ng_decode(const u8 *buf, unsigned int avail, struct ng_insn *out)
 		case 0x26:
 			out->seg = b;
 			break;
+		case 0xf0:	/* lock */
+			if (!alu)
+				return -EINVAL;
+			out->lock = true;
+			break;
 		case 0x64:	/* FS, GS: a base we cannot see; single-step */
 		case 0x65:
 		case 0x67:	/* address size */
-		case 0xf0:	/* lock */
 		case 0xf2:
 			return -EINVAL;
 		default:
@@ -300,9 +383,13 @@ opcode:
 			out->reg = NG_REG_AX;
 			break;
 		default:
-			return -EINVAL;
+			if (!alu || f3)
+				return -EINVAL;
+			return ng_decode_alu_op(buf, avail, pos, b, out);
 		}
 	}
+	if (out->lock)
+		return -EINVAL;		/* lock mov, movs, stos: #UD */
 
 	if (out->kind == NG_KIND_MOVS || out->kind == NG_KIND_STOS) {
 		out->mem_width = (b & 1) ? ng_osize(out) : 1;
@@ -338,6 +425,16 @@ opcode:
 	}
 	out->len = pos;
 	return 0;
+}
+
+int ng_decode(const u8 *buf, unsigned int avail, struct ng_insn *out)
+{
+	return ng_decode_common(buf, avail, out, false);
+}
+
+int ng_decode_alu(const u8 *buf, unsigned int avail, struct ng_insn *out)
+{
+	return ng_decode_common(buf, avail, out, true);
 }
 
 unsigned long ng_modrm_ea(const struct ng_insn *insn,
@@ -461,6 +558,155 @@ static int ng_emulate_string(const struct ng_insn *insn,
 	return 0;
 }
 
+/* PF: the low byte of @r has an even number of bits set */
+static unsigned long ng_parity(u64 r)
+{
+	u8 b = r;
+
+	b ^= b >> 4;
+	b ^= b >> 2;
+	b ^= b >> 1;
+	return (b & 1) ? 0 : 0x004;
+}
+
+/*
+ * @a op @b in @width bytes (cf: the carry in, for adc, sbb), as the CPU
+ * does: the result, and the arithmetic flags in *@flags (all six; the
+ * caller keeps the ones the instruction does not change).
+ */
+static u64 ng_alu_compute(u8 op, unsigned int width, u64 a, u64 b, bool cf,
+			  unsigned long *flags)
+{
+	u64 msb = 1ULL << (width * 8 - 1), mask = ng_mask(width), r;
+	unsigned long f = 0;
+	bool sub = false;
+
+	a &= mask;
+	b &= mask;
+	switch (op) {
+	case NG_ALU_ADD:
+	case NG_ALU_INC:
+		cf = false;
+		fallthrough;
+	case NG_ALU_ADC:
+		r = (a + b + cf) & mask;
+		if (r < a || (cf && r == a))
+			f |= NG_FLAGS_CF;
+		if ((a ^ r) & (b ^ r) & msb)
+			f |= 0x800;
+		break;
+	case NG_ALU_SUB:
+	case NG_ALU_CMP:
+	case NG_ALU_DEC:
+	case NG_ALU_NEG:
+		cf = false;
+		fallthrough;
+	case NG_ALU_SBB:
+		r = (a - b - cf) & mask;
+		if (a < b || (cf && a == b))
+			f |= NG_FLAGS_CF;
+		if ((a ^ b) & (a ^ r) & msb)
+			f |= 0x800;
+		sub = true;
+		break;
+	case NG_ALU_OR:
+		r = a | b;
+		break;
+	case NG_ALU_XOR:
+		r = a ^ b;
+		break;
+	default:	/* AND, TEST */
+		r = a & b;
+		break;
+	}
+	if (sub || op == NG_ALU_ADD || op == NG_ALU_ADC || op == NG_ALU_INC)
+		f |= (a ^ b ^ r) & 0x010;	/* AF */
+	f |= ng_parity(r);
+	if (!r)
+		f |= 0x040;
+	if (r & msb)
+		f |= 0x080;
+	*flags = f;
+	return r;
+}
+
+/*
+ * An ALU op of ng_decode_alu() whose memory operand is at @ea, read:
+ * @val.  The value it writes back into memory (*@store, true) or into
+ * its register, and the flags it sets, into @regs.
+ */
+static u64 ng_alu_result(const struct ng_insn *insn, struct pt_regs *regs,
+			 u64 val, bool *store)
+{
+	unsigned int w = insn->mem_width;
+	unsigned long keep = NG_FLAGS_ARITH, f = 0;
+	u64 other = insn->has_imm ? insn->imm :
+		    insn->reg == NG_REG_NONE ? 0 :
+		    ng_reg_get(regs, insn->reg, insn->reg_width, insn->high8);
+	bool cf = regs->flags & NG_FLAGS_CF;
+	u64 r;
+
+	*store = insn->kind == NG_KIND_ALU_MEM;
+	switch (insn->alu) {
+	case NG_ALU_XCHG:
+		ng_reg_set(regs, insn->reg, insn->reg_width, insn->high8, val);
+		return other;
+	case NG_ALU_NOT:
+		return ~val & ng_mask(w);
+	case NG_ALU_NEG:
+		r = ng_alu_compute(NG_ALU_NEG, w, 0, val, false, &f);
+		break;
+	case NG_ALU_INC:
+	case NG_ALU_DEC:
+		r = ng_alu_compute(insn->alu, w, val, 1, false, &f);
+		keep = NG_FLAGS_ARITH & ~NG_FLAGS_CF;
+		break;
+	default:
+		if (insn->kind == NG_KIND_ALU_REG)
+			r = ng_alu_compute(insn->alu, w, other, val, cf, &f);
+		else
+			r = ng_alu_compute(insn->alu, w, val, other, cf, &f);
+		if (insn->alu == NG_ALU_CMP || insn->alu == NG_ALU_TEST)
+			*store = false;
+		else if (insn->kind == NG_KIND_ALU_REG)
+			ng_reg_set(regs, insn->reg, insn->reg_width, insn->high8, r);
+		break;
+	}
+	regs->flags = (regs->flags & ~keep) | (f & keep);
+	return r;
+}
+
+static int ng_emulate_alu(const struct ng_insn *insn, struct pt_regs *regs,
+			  unsigned long fault_addr, const struct ng_mem_ops *ops,
+			  void *ctx)
+{
+	unsigned int w = insn->mem_width;
+	unsigned long ea = ng_modrm_ea(insn, regs);
+	struct pt_regs after = *regs;
+	bool store;
+	u64 val, r;
+	int ret;
+
+	if (!insn->has_modrm || insn->alu > NG_ALU_XCHG ||
+	    (!insn->has_imm && insn->alu != NG_ALU_NOT && insn->alu != NG_ALU_NEG &&
+	     insn->alu != NG_ALU_INC && insn->alu != NG_ALU_DEC && insn->reg > 15))
+		return -EINVAL;
+	if (!ng_covers(ea, w, fault_addr))
+		return -EFAULT;
+	ret = ng_do_read(ops, ctx, ea, w, 0, &val);
+	if (ret)
+		return ret;
+	r = ng_alu_result(insn, &after, val, &store);
+	if (store) {
+		ret = ng_do_write(ops, ctx, ea, w, 0, r);
+		if (ret)
+			return ret;
+	}
+	*regs = after;
+	regs->ip += insn->len;
+	return 0;
+}
+
 bool ng_plain_move(const struct ng_insn *insn)
 {
 	switch (insn->kind) {
@@ -510,6 +756,8 @@ int ng_emulate(const struct ng_insn *insn, struct pt_regs *regs,
 	if (insn->kind == NG_KIND_MOVS || insn->kind == NG_KIND_STOS)
 		return ng_emulate_string(insn, regs, fault_addr, ops, ctx,
 					 max_elems);
+	if (insn->kind == NG_KIND_ALU_MEM || insn->kind == NG_KIND_ALU_REG)
+		return ng_emulate_alu(insn, regs, fault_addr, ops, ctx);
 	if (!ng_plain_move(insn))
 		return -EINVAL;
 

@@ -14,6 +14,15 @@
  * Prefixes: 66, F3 (string instructions), 2E/36/3E/26 (ignored), REX.
  * Rejected: 67, F0, F2, 64/65 (FS/GS), mod=11, 63 without REX.W,
  * instructions longer than 15 bytes or longer than the bytes available.
+ *
+ * ng_decode_alu() knows these too, with a memory operand (for accesses
+ * from user mode, which are never single-stepped):
+ *   00-3B op r/m,r and op r,r/m (add or adc sbb and sub xor cmp)
+ *   80/81/83 op r/m,imm     84/85 test r/m,r    F6/F7 /0 test r/m,imm
+ *   F6/F7 /2 not, /3 neg    FE/FF /0 inc, /1 dec  86/87 xchg r/m,r
+ * and F0 lock where the CPU takes it (a memory destination that is
+ * written).  The emulation is a read and a write (a locked instruction's
+ * atomicity is the device's: nothing else runs on this CPU in between).
  */
 #ifndef NG_DECODE_H
 #define NG_DECODE_H
@@ -33,6 +42,8 @@ typedef signed char s8;
 typedef short s16;
 typedef int s32;
 typedef long long s64;
+
+#define fallthrough __attribute__((__fallthrough__))
 
 /*
  * The kernel's struct pt_regs (x86-64).  The host's <asm/ptrace.h> has the
@@ -87,6 +98,26 @@ enum ng_kind {
 	NG_KIND_MOVSX,		/* 0F BE/BF movsx, REX.W 63 movsxd reg, mem */
 	NG_KIND_MOVS,		/* A4/A5   movs [rdi], [rsi] */
 	NG_KIND_STOS,		/* AA/AB   stos [rdi], rAX */
+	NG_KIND_ALU_MEM,	/* an ALU op on memory (ng_decode_alu) */
+	NG_KIND_ALU_REG,	/* an ALU op r, r/m: the register is written */
+};
+
+/* enum ng_alu: struct ng_insn.alu; 0..7 as the opcode's bits 3..5 */
+enum ng_alu {
+	NG_ALU_ADD = 0,
+	NG_ALU_OR,
+	NG_ALU_ADC,
+	NG_ALU_SBB,
+	NG_ALU_AND,
+	NG_ALU_SUB,
+	NG_ALU_XOR,
+	NG_ALU_CMP,
+	NG_ALU_TEST,
+	NG_ALU_NOT,
+	NG_ALU_NEG,
+	NG_ALU_INC,
+	NG_ALU_DEC,
+	NG_ALU_XCHG,
 };
 
 /* Register numbers (ModRM order); NG_REG_RIP only as a base. */
@@ -115,6 +146,9 @@ enum ng_kind {
 
 /* DF, bit 10 of RFLAGS */
 #define NG_FLAGS_DF	0x400UL
+/* the arithmetic flags: CF PF AF ZF SF OF */
+#define NG_FLAGS_CF	0x001UL
+#define NG_FLAGS_ARITH	0x8d5UL
 
 /**
  * struct ng_insn - a decoded instruction
@@ -142,7 +176,12 @@ enum ng_kind {
  * @scale: 1, 2, 4 or 8, as encoded (1 without SIB; kept without index)
  * @disp: the displacement, sign-extended (0 without one)
  * @imm: STORE_IMM: the value stored, zero-extended from @mem_width bytes
- *	(the imm32 of a REX.W C7 is sign-extended to 64 bits)
+ *	(the imm32 of a REX.W C7 is sign-extended to 64 bits); an ALU op
+ *	with an immediate (@has_imm): the operand, sign-extended as the CPU
+ *	does and cut to @mem_width bytes
+ * @alu: ALU_MEM, ALU_REG: enum ng_alu
+ * @has_imm: the ALU op's other operand is @imm, not @reg
+ * @lock: an F0 prefix (ALU_MEM only)
  */
 struct ng_insn {
 	u8 len;
@@ -166,6 +205,9 @@ struct ng_insn {
 	u8 scale;
 	s32 disp;
 	u64 imm;
+	u8 alu;
+	bool has_imm;
+	bool lock;
 };
 
 /**
@@ -178,6 +220,17 @@ struct ng_insn {
  * memory access or is longer than @avail or 15 bytes.
  */
 int ng_decode(const u8 *buf, unsigned int avail, struct ng_insn *out);
+
+/**
+ * ng_decode_alu() - ng_decode(), and the ALU instructions on memory
+ * @buf: the instruction bytes
+ * @avail: bytes readable at @buf; never read beyond
+ * @out: filled on success
+ *
+ * Return: as ng_decode(), for the instructions it knows and those listed
+ * at the top of this file.
+ */
+int ng_decode_alu(const u8 *buf, unsigned int avail, struct ng_insn *out);
 
 /**
  * ng_modrm_ea() - effective address of the ModRM memory operand
@@ -287,7 +340,11 @@ void ng_load_result(const struct ng_insn *insn, struct pt_regs *regs, u64 val);
  *	whatever the faulting code left there)
  *
  * Destination registers are written as the CPU does: 32-bit writes zero
- * bits 32..63, 8- and 16-bit writes keep the other bits.  movs/stos
+ * bits 32..63, 8- and 16-bit writes keep the other bits.  An ALU op reads
+ * its memory operand, then writes the result there (ALU_MEM, but not cmp
+ * or test) or to its register (ALU_REG, but not cmp), and sets the
+ * arithmetic flags as the CPU does (none for not and xchg, CF kept by inc
+ * and dec, AF cleared by the logical ops).  movs/stos
  * follow DF and update rsi/rdi, and rcx with rep; a rep with rcx == 0
  * does nothing but advance ip.
  *

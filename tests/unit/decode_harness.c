@@ -35,6 +35,13 @@
  * K <bytes> <regs>       the kernel's pf_in.c as pre()/post() use it:
  *                        "<op> <width> <value> <printks>", "FAULT", or
  *                        "NOORACLE"
+ * LD, LT, LE             D, T, E with ng_decode_alu() for ng_decode()
+ * B                      the CPU's page (always at 5a0000000): "<code address>
+ *                        <data address>"
+ * X <bytes> <regs> <mem> the instruction run by this CPU, at the code
+ *                        address (give it as ip), on mem (one region,
+ *                        in the data area, rsp not used): "<regs> <mem>"
+ *                        (ip as given, flags: the arithmetic ones)
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -72,6 +79,7 @@ static int printk(const char *fmt, ...)
 #define MAXREGION 8192
 #define MAXLOG 4096
 
+static int use_alu;		/* L commands: ng_decode_alu() */
 static u8 *guard_page;		/* the page before the inaccessible one */
 static long page_size;
 static sigjmp_buf segv_env;
@@ -280,13 +288,97 @@ static int parse_mem(char *s, struct emu_ctx *c)
 	return 0;
 }
 
+static int decode(const u8 *buf, unsigned int avail, struct ng_insn *in)
+{
+	return use_alu ? ng_decode_alu(buf, avail, in) : ng_decode(buf, avail, in);
+}
+
+/* ---------------------------------------------------------------- */
+/* The CPU itself (X): the instruction then a ret, called with every
+ * register but rsp loaded from cpu_st and saved back there after. */
+
+#define CPU_PAGE 4096
+#define CPU_DATA 2048		/* the data area: the page's second half */
+#define CPU_ADDR 0x5a0000000UL	/* where the page is (B says it too) */
+
+struct cpu_state {
+	unsigned long r[16];	/* ax cx dx bx sp bp si di r8..r15 */
+	unsigned long flags;
+};
+
+struct cpu_state cpu_st;
+void *cpu_code;
+static u8 *cpu_page;
+void cpu_run(void);
+
+#define CPU_LOAD(n, reg) "	mov cpu_st+" #n "(%rip), %" reg "\n"
+#define CPU_SAVE(n, reg) "	mov %" reg ", cpu_st+" #n "(%rip)\n"
+asm(".text\n"
+    ".globl cpu_run\n"
+    "cpu_run:\n"
+    "	push %rbx\n	push %rbp\n	push %r12\n	push %r13\n	push %r14\n	push %r15\n"
+    "	pushq cpu_st+128(%rip)\n"
+    "	popfq\n"
+    CPU_LOAD(0, "rax") CPU_LOAD(8, "rcx") CPU_LOAD(16, "rdx") CPU_LOAD(24, "rbx")
+    CPU_LOAD(40, "rbp") CPU_LOAD(48, "rsi") CPU_LOAD(56, "rdi") CPU_LOAD(64, "r8")
+    CPU_LOAD(72, "r9") CPU_LOAD(80, "r10") CPU_LOAD(88, "r11") CPU_LOAD(96, "r12")
+    CPU_LOAD(104, "r13") CPU_LOAD(112, "r14") CPU_LOAD(120, "r15")
+    "	call *cpu_code(%rip)\n"
+    "	pushfq\n"
+    "	popq cpu_st+128(%rip)\n"
+    CPU_SAVE(0, "rax") CPU_SAVE(8, "rcx") CPU_SAVE(16, "rdx") CPU_SAVE(24, "rbx")
+    CPU_SAVE(40, "rbp") CPU_SAVE(48, "rsi") CPU_SAVE(56, "rdi") CPU_SAVE(64, "r8")
+    CPU_SAVE(72, "r9") CPU_SAVE(80, "r10") CPU_SAVE(88, "r11") CPU_SAVE(96, "r12")
+    CPU_SAVE(104, "r13") CPU_SAVE(112, "r14") CPU_SAVE(120, "r15")
+    "	pop %r15\n	pop %r14\n	pop %r13\n	pop %r12\n	pop %rbp\n	pop %rbx\n"
+    "	cld\n"
+    "	ret\n");
+
+static void cmd_cpu(const u8 *bytes, int n, const char *regs_s, char *mem_s)
+{
+	unsigned long base;
+	struct pt_regs regs;
+	char *colon = strchr(mem_s, ':');
+	u8 data[CPU_PAGE - CPU_DATA];
+	int i, len;
+
+	if (parse_regs(regs_s, &regs) || !colon || n > CPU_DATA - 1) {
+		printf("BADARGS");
+		return;
+	}
+	*colon = 0;
+	base = strtoul(mem_s, NULL, 16);
+	len = parse_hex(colon + 1, data, sizeof(data));
+	if (len < 0 || base - (unsigned long)(cpu_page + CPU_DATA) > sizeof(data) - len ||
+	    regs.ip != (unsigned long)cpu_page) {
+		printf("BADARGS");
+		return;
+	}
+	memcpy(cpu_page, bytes, n);
+	cpu_page[n] = 0xc3;	/* ret */
+	memcpy((u8 *)base, data, len);
+	for (i = 0; i < 16; i++)
+		cpu_st.r[i] = *reg_slot(&regs, i);
+	cpu_st.flags = (regs.flags & NG_FLAGS_ARITH) | 0x202;
+	cpu_code = cpu_page;
+	cpu_run();
+	for (i = 0; i < 16; i++)
+		if (i != NG_REG_SP)
+			*reg_slot(&regs, i) = cpu_st.r[i];
+	regs.flags = cpu_st.flags & NG_FLAGS_ARITH;
+	print_regs(&regs);
+	printf(" %lx:", base);
+	for (i = 0; i < len; i++)
+		printf("%02x", ((u8 *)base)[i]);
+}
+
 /* ---------------------------------------------------------------- */
 /* Commands */
 
 static void cmd_decode(const u8 *bytes, int n)
 {
 	struct ng_insn in;
-	int rc = ng_decode(place(bytes, n), n, &in);
+	int rc = decode(place(bytes, n), n, &in);
 
 	if (rc) {
 		printf("%d", rc);
@@ -305,7 +397,7 @@ static void cmd_truncate(const u8 *bytes, int n)
 	int avail, rc;
 
 	for (avail = 0; avail <= n; avail++) {
-		rc = ng_decode(place(bytes, avail), avail, &in);
+		rc = decode(place(bytes, avail), avail, &in);
 		printf("%s%d/%u", avail ? " " : "", rc, rc ? 0 : in.len);
 	}
 }
@@ -320,7 +412,7 @@ static void cmd_ea(const u8 *bytes, int n, const char *regs_s)
 		printf("BADREGS");
 		return;
 	}
-	rc = ng_decode(place(bytes, n), n, &in);
+	rc = decode(place(bytes, n), n, &in);
 	printf("%d %lx", rc, rc ? 0UL : ng_modrm_ea(&in, &regs));
 }
 
@@ -341,7 +433,7 @@ static void cmd_emulate(const u8 *bytes, int n, char **args)
 		printf("BADARGS");
 		return;
 	}
-	rc = ng_decode(place(bytes, n), n, &in);
+	rc = decode(place(bytes, n), n, &in);
 	if (rc) {
 		printf("DECODE %d", rc);
 		return;
@@ -471,6 +563,13 @@ static void dispatch(int argc, char **argv)
 	u8 bytes[MAXBYTES];
 	int n;
 
+	use_alu = argv[0][0] == 'L' && argv[0][1];
+	if (use_alu)
+		argv[0]++;
+	if (!strcmp(argv[0], "B") && argc == 1) {
+		printf("%lx %lx", (unsigned long)cpu_page, (unsigned long)(cpu_page + CPU_DATA));
+		return;
+	}
 	n = argc > 1 ? parse_hex(argv[1], bytes, MAXBYTES) : -1;
 	if (n < 0)
 		printf("BADBYTES");
@@ -488,6 +587,8 @@ static void dispatch(int argc, char **argv)
 		cmd_compat_need(bytes, n);
 	else if (!strcmp(argv[0], "K") && argc == 3)
 		cmd_kernel(bytes, n, argv[2]);
+	else if (!strcmp(argv[0], "X") && argc == 4)
+		cmd_cpu(bytes, n, argv[2], argv[3]);
 	else
 		printf("BADCMD");
 }
@@ -519,6 +620,12 @@ int main(void)
 		return 1;
 	}
 	guard_page = map;
+	cpu_page = mmap((void *)CPU_ADDR, CPU_PAGE, PROT_READ | PROT_WRITE | PROT_EXEC,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (cpu_page == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_segv;
 	sigaction(SIGSEGV, &sa, NULL);
