@@ -139,7 +139,7 @@ struct ng_mapping {
 	unsigned long len;	/* bytes from base, whole pages */
 	bool live;		/* armed and listed (ng_lock) */
 	bool user;		/* a process's (mmiotng_user.c), made up per access */
-	bool user_write;	/* user: the fault allows writes through it */
+	bool user_write;	/* user: the process's entry allows writes */
 	/* pages[] all of one size: log2 of it (page i at base + i << shift); else 0 */
 	u8 page_shift;
 	unsigned int npages;
@@ -326,7 +326,7 @@ static inline void ng_fill_access(struct mmiotng_access *acc, const struct ng_ma
 /* mmiotng_user.c: processes' mappings */
 void ng_user_init(void);
 void ng_user_exit(void);
-int ng_user_start(void);
+int ng_user_start(const u32 *pids, unsigned int npids, const char *comms, unsigned int ncomms);
 int ng_user_arm(pid_t pid, unsigned long virt, unsigned long size);
 void ng_user_stop(void);
 

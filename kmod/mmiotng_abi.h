@@ -28,7 +28,7 @@
 #include <linux/types.h>
 
 #ifndef MMIOTNG_ABI_VERSION	/* a test builds a stale helper with another */
-#define MMIOTNG_ABI_VERSION	9
+#define MMIOTNG_ABI_VERSION	10
 #endif
 #define MMIOTNG_ACCESS_TP	"mmiotng_access"
 /*
@@ -119,7 +119,10 @@ enum mmiotng_cmd {
 	MMIOTNG_CMD_FLIGHT_READ,
 	/* CPU, SYNC_NS: its records stamped up to then are written (the first: --sync on) */
 	MMIOTNG_CMD_SYNC,
-	/* arm the traced pages processes map from now on (remap_pfn_range) */
+	/*
+	 * USER_PIDS, USER_COMMS (optional): arm the traced pages processes
+	 * map from now on (remap_pfn_range), of those processes only if given
+	 */
 	MMIOTNG_CMD_TRACE_USER,
 	/* PID, VIRT, SIZE: arm that process's mapping (made before TRACE_USER) */
 	MMIOTNG_CMD_ARM_USER,
@@ -165,7 +168,9 @@ enum mmiotng_cmd {
 	X(SYNC_NS, U64, REQ)		/* --sync: written up to this stamp */ \
 	X(CPU, U32, REQ)		/* --sync: of this CPU's records */ \
 	X(STAT_SYNC_LATE, U64, REPLY)	/* --sync: waits that timed out */ \
-	X(PID, U32, REQ)		/* ARM_USER: the process */
+	X(PID, U32, REQ)		/* ARM_USER: the process */	\
+	X(USER_PIDS, BINARY, REQ)	/* TRACE_USER: __u32 process ids */ \
+	X(USER_COMMS, BINARY, REQ)	/* TRACE_USER: names, MMIOTNG_COMM_LEN each */
 
 #define MMIOTNG_ATTR_ENUM(n, t, dir)	MMIOTNG_A_##n,
 
@@ -177,6 +182,15 @@ enum mmiotng_attr {
 };
 
 #define MMIOTNG_A_MAX (__MMIOTNG_A_MAX - 1)
+
+/*
+ * TRACE_USER's process filter: at most this many ids and names (a name is
+ * NUL-padded to MMIOTNG_COMM_LEN bytes, the kernel's TASK_COMM_LEN; it
+ * matches a thread's name or its process's).
+ */
+#define MMIOTNG_USER_MAX_PIDS	16
+#define MMIOTNG_USER_MAX_COMMS	8
+#define MMIOTNG_COMM_LEN	16
 
 /* MMIOTNG_A_MODE values */
 #define MMIOTNG_MODE_EMULATE	0	/* decode and emulate; single-step the rest */

@@ -138,10 +138,26 @@ static int ng_cmd_arm_existing(struct sk_buff *skb, struct genl_info *info)
 
 static int ng_cmd_trace_user(struct sk_buff *skb, struct genl_info *info)
 {
-	int ret = ng_user_start();
+	struct nlattr *pids = info->attrs[MMIOTNG_A_USER_PIDS];
+	struct nlattr *comms = info->attrs[MMIOTNG_A_USER_COMMS];
+	int ret;
 
+	if ((pids && (nla_len(pids) % sizeof(u32) ||
+		      nla_len(pids) > MMIOTNG_USER_MAX_PIDS * sizeof(u32))) ||
+	    (comms && (nla_len(comms) % MMIOTNG_COMM_LEN ||
+		       nla_len(comms) > MMIOTNG_USER_MAX_COMMS * MMIOTNG_COMM_LEN))) {
+		GENL_SET_ERR_MSG(info, "bad process filter");
+		return -EINVAL;
+	}
+	ret = ng_user_start(pids ? nla_data(pids) : NULL, pids ? nla_len(pids) / sizeof(u32) : 0,
+			    comms ? nla_data(comms) : NULL,
+			    comms ? nla_len(comms) / MMIOTNG_COMM_LEN : 0);
 	if (ret == -EOPNOTSUPP)
 		GENL_SET_ERR_MSG(info, "no CONFIG_NUMA_BALANCING (PROT_NONE entries)");
+	else if (ret == -ESRCH)
+		GENL_SET_ERR_MSG(info, "no such process");
+	else if (ret == -EBUSY)
+		GENL_SET_ERR_MSG(info, "processes are traced already");
 	else if (ret)
 		GENL_SET_ERR_MSG(info, "processes' page faults are not hooked (see dmesg)");
 	return ret;
@@ -163,6 +179,8 @@ static int ng_cmd_arm_user(struct sk_buff *skb, struct genl_info *info)
 		GENL_SET_ERR_MSG(info, "no such process (or it has no memory)");
 	else if (ret == -EINVAL)
 		GENL_SET_ERR_MSG(info, "not a shared PFN mapping of that process");
+	else if (ret == -ENOENT)
+		GENL_SET_ERR_MSG(info, "not one of the processes traced");
 	return ret;
 }
 

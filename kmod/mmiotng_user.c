@@ -49,6 +49,11 @@
  *    process that holds it for long keeps its entries armed, which is
  *    safe, see above).
  *  - ng_user_on: written under ng_mutex, read anywhere with READ_ONCE.
+ *  - The process filter (ng_user_pids, ng_user_comms): written under
+ *    ng_mutex while ng_user_on is false, before it is set (release);
+ *    read by the hook and the probe without a lock.  A pid there holds a
+ *    reference, put at the stop after the grace period that ends the
+ *    hook's and the probe's readers; they only compare the pointers.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -69,6 +74,30 @@
 #include "mmiotng_compat.h"
 
 static bool ng_user_on;
+
+/* the processes traced (TRACE_USER's filter), none: all */
+static struct pid *ng_user_pids[MMIOTNG_USER_MAX_PIDS];
+static unsigned int ng_user_npids;
+static char ng_user_comms[MMIOTNG_USER_MAX_COMMS][TASK_COMM_LEN];
+static unsigned int ng_user_ncomms;
+
+/* Whether task t's accesses to user mappings are traced (the filter). */
+static bool ng_user_wanted(struct task_struct *t)
+{
+	unsigned int i, npids = READ_ONCE(ng_user_npids), ncomms = READ_ONCE(ng_user_ncomms);
+
+	if (!npids && !ncomms)
+		return true;
+	for (i = 0; i < npids && i < MMIOTNG_USER_MAX_PIDS; i++)
+		if (task_tgid(t) == READ_ONCE(ng_user_pids[i]))
+			return true;
+	/* the thread's name or its process's (a worker thread names itself) */
+	for (i = 0; i < ncomms && i < MMIOTNG_USER_MAX_COMMS; i++)
+		if (!strncmp(t->comm, ng_user_comms[i], TASK_COMM_LEN) ||
+		    !strncmp(t->group_leader->comm, ng_user_comms[i], TASK_COMM_LEN))
+			return true;
+	return false;
+}
 
 /* a 4K entry of mm at addr (a VM_PFNMAP VMA's: no huge page), or NULL; mmap_lock held */
 static pte_t *ng_user_pte(struct mm_struct *mm, unsigned long addr)
@@ -273,6 +302,9 @@ static bool ng_user_fault(struct vm_area_struct *vma, unsigned long addr, unsign
 	pte = ptep_get(ptep);
 	if (!ng_user_armed(pte))
 		return false;
+	/* another process (a fork's child): its entry is made present, untraced */
+	if (!ng_user_wanted(current))
+		return false;
 	if (!(flags & FAULT_FLAG_USER) || !regs || !user_mode(regs) || !user_64bit_mode(regs)) {
 		ng_user_untraced(addr, pte, -MMIOTNG_ERR_USER_KERNEL);
 		return false;
@@ -288,7 +320,11 @@ static bool ng_user_fault(struct vm_area_struct *vma, unsigned long addr, unsign
 		ng_user_untraced(addr, pte, -MMIOTNG_ERR_USER_INSN);
 		return false;
 	}
-	write = (flags & FAULT_FLAG_WRITE) && pte_write(pte);
+	/*
+	 * Writes go through only where the process may write: a read-modify-
+	 * write instruction may fault as a read, before its write.
+	 */
+	write = pte_write(pte);
 	rcu_read_lock();
 	local_irq_save(irqs);
 	/*
@@ -347,7 +383,8 @@ static void notrace ng_user_ftrace(unsigned long ip, unsigned long parent_ip,
 	if (!kregs)
 		return;
 	vma = (struct vm_area_struct *)regs_get_kernel_argument(kregs, 0);
-	if (likely(!(vma->vm_flags & VM_PFNMAP)) || !READ_ONCE(ng_user_on))
+	/* acquire: the process filter ng_user_start() wrote before it */
+	if (likely(!(vma->vm_flags & VM_PFNMAP)) || !smp_load_acquire(&ng_user_on))
 		return;
 	if (ng_user_fault(vma, regs_get_kernel_argument(kregs, 1),
 			  regs_get_kernel_argument(kregs, 2),
@@ -390,9 +427,10 @@ static int ng_user_remap_ret(struct kretprobe_instance *ri, struct pt_regs *regs
 	struct vm_area_struct *vma = a->vma;
 	unsigned long n;
 
-	if (regs_return_value(regs) || !READ_ONCE(ng_user_on) || vma->vm_mm != current->mm ||
-	    !ng_user_vma(vma) || a->addr < vma->vm_start || a->addr >= vma->vm_end ||
-	    a->size > vma->vm_end - a->addr)
+	/* acquire: the process filter, as in ng_user_ftrace() */
+	if (regs_return_value(regs) || !smp_load_acquire(&ng_user_on) ||
+	    vma->vm_mm != current->mm || !ng_user_wanted(current) || !ng_user_vma(vma) ||
+	    a->addr < vma->vm_start || a->addr >= vma->vm_end || a->size > vma->vm_end - a->addr)
 		return 0;
 	n = ng_user_arm_range(vma, a->addr, a->addr + a->size);
 	if (n)
@@ -410,15 +448,52 @@ static struct kretprobe ng_user_remap_probe = {
 
 /* ---- the session's commands ----------------------------------------- */
 
-/* TRACE_USER: arm the user mappings of traced pages from now on.  ng_mutex held. */
-int ng_user_start(void)
+/* The filter emptied, its references put; ng_mutex held, no reader left. */
+static void ng_user_filter_clear(void)
 {
+	unsigned int i;
+
+	for (i = 0; i < ng_user_npids; i++)
+		put_pid(ng_user_pids[i]);
+	WRITE_ONCE(ng_user_npids, 0);
+	WRITE_ONCE(ng_user_ncomms, 0);
+}
+
+/*
+ * TRACE_USER: arm the user mappings of traced pages from now on, of the
+ * processes pids (as the caller sees them) and those named comms
+ * (MMIOTNG_COMM_LEN bytes each) only, if any is given.  ng_mutex held.
+ */
+int ng_user_start(const u32 *pids, unsigned int npids, const char *comms, unsigned int ncomms)
+{
+	unsigned int i;
+
 	lockdep_assert_held(&ng_mutex);
 	if (!IS_ENABLED(CONFIG_NUMA_BALANCING))
 		return -EOPNOTSUPP;
 	if (!ng_user_ready)
 		return -ENODEV;
-	WRITE_ONCE(ng_user_on, true);
+	if (READ_ONCE(ng_user_on))
+		return -EBUSY;
+	if (npids > MMIOTNG_USER_MAX_PIDS || ncomms > MMIOTNG_USER_MAX_COMMS)
+		return -EINVAL;
+	for (i = 0; i < npids; i++) {
+		struct pid *pid = find_get_pid(pids[i]);
+
+		if (!pid || !pid_task(pid, PIDTYPE_TGID)) {
+			put_pid(pid);
+			ng_user_filter_clear();
+			return -ESRCH;
+		}
+		ng_user_pids[i] = pid;
+		WRITE_ONCE(ng_user_npids, i + 1);
+	}
+	for (i = 0; i < ncomms; i++)
+		strscpy_pad(ng_user_comms[i], comms + i * MMIOTNG_COMM_LEN,
+			    min_t(size_t, TASK_COMM_LEN, MMIOTNG_COMM_LEN));
+	WRITE_ONCE(ng_user_ncomms, ncomms);
+	/* the filter is seen by whoever sees this */
+	smp_store_release(&ng_user_on, true);
 	return 0;
 }
 
@@ -444,6 +519,10 @@ int ng_user_arm(pid_t pid, unsigned long virt, unsigned long size)
 	rcu_read_unlock();
 	if (!task)
 		return -ESRCH;
+	if (!ng_user_wanted(task)) {
+		put_task_struct(task);
+		return -ENOENT;
+	}
 	size += virt & ~PAGE_MASK;
 	virt &= PAGE_MASK;
 	mm = get_task_mm(task);
@@ -522,6 +601,7 @@ void ng_user_stop(void)
 	WRITE_ONCE(ng_user_on, false);
 	/* no arming after this: the probe and the hook read ng_user_on once */
 	synchronize_rcu();
+	ng_user_filter_clear();
 	for (;;) {
 		rcu_read_lock();
 		pid = find_ge_pid(nr, &init_pid_ns);

@@ -1,15 +1,17 @@
 """The command line of a trace and of `record`, parsed and checked whole
 before anything starts: start.py begins getting the BPF programs only once
 these parsers accepted the arguments, and a usage error is said before a
-missing privilege.  It imports no more than argparse and pci (the address
-syntax), so that the early start stays early."""
+missing privilege.  It imports no more than argparse, pci (the address
+syntax) and the helper's ABI constants, so that the early start stays early."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import NoReturn
 
 from . import __version__
+from .format.abi import MMIOTNG_COMM_LEN, MMIOTNG_USER_MAX_COMMS, MMIOTNG_USER_MAX_PIDS
 from .tracer import pci
 
 PROG = "mmiotrace-ng"
@@ -115,6 +117,11 @@ def add_selection_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-user", action="store_true",
                     help="do not trace the traced BARs' mappings into processes (an mmap of a "
                          "sysfs resourceN file, a driver's mmap): say them only")
+    ap.add_argument("--user", action="append", default=[], metavar="PID|NAME",
+                    help="trace the traced BARs' mappings of this process only (a process id, "
+                         "or a name as ps -o comm shows it: a thread's or its process's, "
+                         "which a fork keeps); repeat for more (up to 16 ids and 8 names); "
+                         "other processes' accesses run untraced")
     ap.add_argument("--singlestep", action="store_true",
                     help="single-step every access instead of emulating (slow; for tests)")
     ap.add_argument("--flight", type=int, nargs="?", const=4096, metavar="N",
@@ -262,3 +269,29 @@ def check_selection(ap: argparse.ArgumentParser, args: argparse.Namespace) -> No
         ap.error("--flight-region needs --flight")
     if args.buffer_size_kb < 4:
         ap.error("--buffer-size-kb must be at least 4")
+    check_user(ap, args)
+
+
+def user_filter(specs: list[str]) -> tuple[list[int], list[str]]:
+    """--user's process ids and names."""
+    pids = [int(s) for s in specs if s.isdigit()]
+    return pids, [s for s in specs if not s.isdigit()]
+
+
+def check_user(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    specs = getattr(args, "user", [])
+    if not specs:
+        return
+    if getattr(args, "no_user", False):
+        ap.error("--user names processes to trace, --no-user traces none: not both")
+    pids, names = user_filter(specs)
+    if any(p <= 0 for p in pids) or any(not n or len(n.encode()) > MMIOTNG_COMM_LEN - 1
+                                       for n in names):
+        ap.error(f"--user PID|NAME: a process id, or a name of at most "
+                 f"{MMIOTNG_COMM_LEN - 1} bytes (the kernel keeps no more of it)")
+    if len(pids) > MMIOTNG_USER_MAX_PIDS or len(names) > MMIOTNG_USER_MAX_COMMS:
+        ap.error(f"--user: at most {MMIOTNG_USER_MAX_PIDS} process ids and "
+                 f"{MMIOTNG_USER_MAX_COMMS} names")
+    for pid in pids:
+        if not os.path.isdir(f"/proc/{pid}"):
+            ap.error(f"--user {pid}: no such process")

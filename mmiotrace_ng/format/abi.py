@@ -11,7 +11,7 @@ import ctypes
 from enum import IntEnum, IntFlag
 from typing import Final
 
-MMIOTNG_ABI_VERSION: Final = 9
+MMIOTNG_ABI_VERSION: Final = 10
 MMIOTNG_ACCESS_TP: Final = "mmiotng_access"
 MMIOTNG_MARK_TP: Final = "mmiotng_mark"
 MMIOTNG_MAP_TP: Final = "mmiotng_map"
@@ -41,6 +41,10 @@ MMIOTNG_GENL_VERSION: Final = 1
 MMIOTNG_MODE_EMULATE: Final = 0
 MMIOTNG_MODE_SINGLESTEP: Final = 1
 MMIOTNG_MODE_TRAP_ONLY: Final = 2   # benchmarks only (the module's test_modes=1)
+# TRACE_USER's process filter
+MMIOTNG_USER_MAX_PIDS: Final = 16
+MMIOTNG_USER_MAX_COMMS: Final = 8
+MMIOTNG_COMM_LEN: Final = 16
 
 # the flight region (struct mmiotng_flight_hdr)
 MMIOTNG_FLIGHT_MAGIC: Final = "MMIOTNGF"
@@ -131,7 +135,9 @@ class MmiotngAttr(IntEnum):
     MMIOTNG_A_CPU = 26
     MMIOTNG_A_STAT_SYNC_LATE = 27
     MMIOTNG_A_PID = 28
-    MMIOTNG_A_PAD = 29
+    MMIOTNG_A_USER_PIDS = 29
+    MMIOTNG_A_USER_COMMS = 30
+    MMIOTNG_A_PAD = 31
 
 
 # The C enums end with __MMIOTNG_*_MAX sentinels (not mirrored as members:
@@ -170,6 +176,8 @@ ATTR_TYPES: Final[dict[MmiotngAttr, str]] = {
     MmiotngAttr.MMIOTNG_A_CPU: "uint32",
     MmiotngAttr.MMIOTNG_A_STAT_SYNC_LATE: "uint64",
     MmiotngAttr.MMIOTNG_A_PID: "uint32",
+    MmiotngAttr.MMIOTNG_A_USER_PIDS: "cdata",
+    MmiotngAttr.MMIOTNG_A_USER_COMMS: "cdata",
     MmiotngAttr.MMIOTNG_A_PAD: "none",
 }
 

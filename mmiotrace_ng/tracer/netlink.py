@@ -15,7 +15,7 @@ import os
 import platform
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 
@@ -76,6 +76,7 @@ with _platform_without_subprocesses():
 
 from ..format.abi import (  # noqa: E402
     ATTR_TYPES,
+    MMIOTNG_COMM_LEN,
     MMIOTNG_GENL_NAME,
     MMIOTNG_GENL_VERSION,
     MmiotngAttr,
@@ -137,7 +138,7 @@ class HelperSocket:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, cmd: MmiotngCmd, attrs: dict[str, int]) -> list:
+    def _request(self, cmd: MmiotngCmd, attrs: Mapping[str, int | bytes]) -> list:
         msg = ngmsg()
         msg["cmd"] = int(cmd)
         msg["version"] = MMIOTNG_GENL_VERSION
@@ -163,9 +164,17 @@ class HelperSocket:
                       {"MMIOTNG_A_VIRT": virt, "MMIOTNG_A_SIZE": size,
                        "MMIOTNG_A_PHYS": phys})
 
-    def trace_user(self) -> None:
-        """Trace the traced pages processes map from now on (remap_pfn_range)."""
-        self._request(MmiotngCmd.MMIOTNG_CMD_TRACE_USER, {})
+    def trace_user(self, pids: Sequence[int] = (), comms: Sequence[str] = ()) -> None:
+        """Trace the traced pages processes map from now on (remap_pfn_range),
+        of those processes (ids, names: a thread's or its process's) only if
+        any is given."""
+        attrs: dict[str, int | bytes] = {}
+        if pids:
+            attrs["MMIOTNG_A_USER_PIDS"] = struct.pack(f"={len(pids)}I", *pids)
+        if comms:
+            attrs["MMIOTNG_A_USER_COMMS"] = b"".join(
+                c.encode()[:MMIOTNG_COMM_LEN - 1].ljust(MMIOTNG_COMM_LEN, b"\0") for c in comms)
+        self._request(MmiotngCmd.MMIOTNG_CMD_TRACE_USER, attrs)
 
     def arm_user(self, pid: int, virt: int, size: int) -> None:
         """Trace process pid's mapping [virt, virt + size), made before trace_user()."""

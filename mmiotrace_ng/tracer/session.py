@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 from .. import __version__
+from ..arguments import user_filter
 from ..common import ringbuf
 from ..common.bpfload import LoaderError
 from ..common.child import ended as child_ended
@@ -280,9 +281,13 @@ class Session:
         from .netlink import HelperError
 
         assert self.helper is not None
+        pids, names = user_filter(getattr(self.args, "user", []))
         try:
-            self.helper.trace_user()
+            self.helper.trace_user(pids, names)
         except HelperError as exc:
+            if exc.errno == errno.ESRCH:
+                raise UsageError(f"--user: a process of {' '.join(map(str, pids))} "
+                                 f"is gone") from exc
             why = (NO_NUMA_BALANCING if exc.errno == errno.EOPNOTSUPP
                    else f"the helper cannot ({exc})")
             print(f"mmiotrace-ng: mappings of the traced ranges into processes are said, "
@@ -304,8 +309,8 @@ class Session:
             self.helper.arm_user(pid, virt, size)
             return True
         except HelperError as exc:
-            if exc.errno == errno.ESRCH:
-                return True     # the process is gone: nothing to say
+            if exc.errno in (errno.ESRCH, errno.ENOENT):
+                return True     # the process is gone, or not one --user names
             print(f"mmiotrace-ng: process {pid}'s mapping at 0x{virt:x} is NOT traced: {exc}",
                   file=sys.stderr, flush=True)
             return False

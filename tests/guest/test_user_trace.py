@@ -12,6 +12,7 @@ entry left armed would take one) and read right."""
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -57,8 +58,8 @@ def bar0(sysdev: Path) -> int:
 class Program:
     """user_mmio running on edu's resource0, holding the mapping at the end."""
 
-    def __init__(self, sysdev: Path, *args: str) -> None:
-        self.proc = subprocess.Popen([str(PROGRAM), str(sysdev / "resource0"), *args, "hold"],
+    def __init__(self, sysdev: Path, *args: str, program: Path = PROGRAM) -> None:
+        self.proc = subprocess.Popen([str(program), str(sysdev / "resource0"), *args, "hold"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         while not self.lines or self.lines[-1] != "HOLDING":
@@ -136,6 +137,33 @@ def test_a_process_accesses_are_traced_with_its_pid_and_pc_and_nothing_stays_arm
     assert "NOT traced" not in ng.stderr()
 
 
+def test_alu_instructions_on_the_bar_are_traced_and_leave_what_the_cpu_leaves(edu):
+    """or, lock or, cmp, test, add into a register, and, xchg, inc and an
+    8-byte or on a BAR register: each traced as the read (and the write)
+    the program expects, and each leaving the same register and flags as
+    the same program's run without the tracer (the CPU's own work)."""
+    base = bar0(edu)
+    untraced = Program(edu, "alu")
+    assert untraced.finish() == (0, "ident")
+    ng = NgTracer(["--pci", edu.name, "--pid", "--pc"], "user-trace-alu").start()
+    try:
+        prog = Program(edu, "alu")
+        ng.wait_for(f"{prog.accesses()[-1][5]:#x}")
+    finally:
+        assert ng.stop() == 0
+    faults, read = prog.finish()
+    done = prog.accesses()
+    _, rws = traced(ng.text(), base)
+    assert [r[:6] for r in rws] == done, (rws, done)
+    alu = [line for line in prog.lines if line.startswith("ALU ")]
+    assert len(alu) == 9 and alu == [x for x in untraced.lines if x.startswith("ALU ")], (
+        alu, untraced.lines)
+    # the program's last read of the register: what its last write left there
+    assert done[-1][1:5] == ("R", 4, 0x80, done[-2][4]) and done[-2][1] == "W", done[-2:]
+    assert (faults, read) == (0, "ident")
+    assert "NOT traced" not in ng.stderr()
+
+
 def test_a_mapping_held_before_the_start_is_traced_from_the_start(edu):
     base = bar0(edu)
     prog = Program(edu)
@@ -184,6 +212,123 @@ def test_a_mapping_s_unmap_comes_at_munmap_and_at_exit(edu):
     assert sum(1 for r in rws if r[6] == second) == 65
 
 
+def test_a_mapping_moved_by_mremap_is_traced_at_its_new_place(edu):
+    """mremap moves the armed entries: the old place's UNMAP, then a MAP of
+    the new place at the first read there, which is traced; nothing stays
+    armed at either place once the tracer stops."""
+    base = bar0(edu)
+    ng = NgTracer(["--pci", edu.name, "--pid", "--pc"], "user-trace-mremap").start()
+    try:
+        prog = Program(edu, "mremap")
+        moved = int(next(x for x in prog.lines if x.startswith("MOVED ")).split()[2], 16)
+        ng.wait_for("UNMAP ")
+        ng.wait_for(f"{base:#x} {EDU_IDENT:#x} ")
+        deadline = time.monotonic() + 60
+        while len(traced(ng.text(), base)[1]) < len(prog.accesses()):
+            assert time.monotonic() < deadline, ng.text()
+            time.sleep(0.2)
+    finally:
+        assert ng.stop() == 0
+    assert prog.finish() == (0, "ident")        # at the new place: nothing armed
+    lines = ng.text().splitlines()
+    maps, rws = traced(ng.text(), base)
+    assert [r[:6] for r in rws] == prog.accesses()
+    first, second = sorted(maps)
+    assert maps[first] == (base, prog.addr, 0x1000, prog.proc.pid), maps
+    assert maps[second] == (base, moved, 0x1000, prog.proc.pid), maps
+    assert rws[-1][6] == second and all(r[6] == first for r in rws[:-1]), rws
+    unmaps = [(i, int(m[1])) for i, m in enumerate(map(UNMAP.match, lines)) if m]
+    second_map = next(i for i, line in enumerate(lines)
+                      if (m := MAP.match(line)) and int(m[1]) == second)
+    assert [u[1] for u in unmaps] == [first] and unmaps[0][0] < second_map, lines
+    assert "NOT traced" not in ng.stderr()
+
+
+def test_a_process_killed_while_it_reads_leaves_nothing_behind(edu):
+    """SIGKILL of a process in the middle of its traced reads on CPU 1: its
+    mapping's UNMAP comes, the tracer goes on, and the next process's
+    reads are traced and leave nothing armed."""
+    base = bar0(edu)
+    ng = NgTracer(["--pci", edu.name, "--pid"], "user-trace-killed").start()
+    try:
+        proc = subprocess.Popen(["taskset", "-c", "1", str(PROGRAM), str(edu / "resource0"),
+                                 "loop", "0"], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        while proc.stdout.readline().rstrip("\n") != "LOOPING":
+            assert proc.poll() is None
+        ng.wait_for(f"{base:#x} {EDU_IDENT:#x} ")
+        proc.kill()
+        assert proc.wait(30) == -signal.SIGKILL
+        ng.wait_for("UNMAP ")
+        prog = Program(edu)
+        faults, read = prog.finish()
+        assert read == "ident" and faults == 0
+        deadline = time.monotonic() + 60
+        while not any(r[0] == prog.proc.pid for r in traced(ng.text(), base)[1]):
+            assert time.monotonic() < deadline, ng.text()
+            time.sleep(0.2)
+    finally:
+        assert ng.stop() == 0
+    maps, rws = traced(ng.text(), base)
+    killed = [r for r in rws if r[0] == proc.pid]
+    loop = [r for r in killed if r[1:4] == ("R", 4, 0)]       # (and the first read)
+    assert len(loop) > 1 and all(r[4] == EDU_IDENT for r in loop), killed
+    assert len([r for r in rws if r[0] == prog.proc.pid]) == len(prog.accesses()) + 64, rws[-80:]
+    assert "NOT traced" not in ng.stderr()
+    after = Program(edu)
+    assert after.finish() == (0, "ident")        # nothing left armed
+
+
+def test_user_pid_traces_that_process_only(edu):
+    """--user PID: of two processes holding the BAR before the start, the
+    accesses of the one named are traced, the other's run untraced (and
+    unsaid); both read right and neither is left armed."""
+    base = bar0(edu)
+    named, other = Program(edu), Program(edu)
+    ng = NgTracer(["--pci", edu.name, "--pid", "--user", str(named.proc.pid)],
+                  "user-trace-pid").start()
+    try:
+        assert named.finish() == (0, "ident") and other.finish() == (0, "ident")
+        deadline = time.monotonic() + 60
+        while len(traced(ng.text(), base)[1]) < 64:
+            assert time.monotonic() < deadline, ng.text()
+            time.sleep(0.2)
+    finally:
+        assert ng.stop() == 0
+    maps, rws = traced(ng.text(), base)
+    assert {m[3] for m in maps.values()} == {named.proc.pid}, maps
+    assert len(rws) == 64 and {r[0] for r in rws} == {named.proc.pid}
+    assert all(r[1:5] == ("R", 4, 0, EDU_IDENT) for r in rws)
+    assert "NOT traced" not in ng.stderr()
+
+
+def test_user_name_traces_the_processes_of_that_name_and_their_forks(edu, tmp_path):
+    """--user NAME: a process of that name started after the start is
+    traced whole, its fork's child too (it keeps the name); another
+    program's process and its child are not."""
+    base = bar0(edu)
+    renamed = tmp_path / "user_mmio_named"          # 15 bytes: the whole comm
+    shutil.copy(PROGRAM, renamed)
+    ng = NgTracer(["--pci", edu.name, "--pid", "--user", renamed.name],
+                  "user-trace-name").start()
+    try:
+        named = Program(edu, "fork", program=renamed)
+        other = Program(edu, "fork")
+        ng.wait_for(f"{base:#x} {EDU_IDENT:#x} ")
+        deadline = time.monotonic() + 60
+        while len(traced(ng.text(), base)[1]) < len(named.accesses()):
+            assert time.monotonic() < deadline, ng.text()
+            time.sleep(0.2)
+    finally:
+        assert ng.stop() == 0
+    assert named.finish() == (0, "ident") and other.finish() == (0, "ident")
+    _, rws = traced(ng.text(), base)
+    assert [r[:5] for r in rws] == [a[:5] for a in named.accesses()], rws
+    child = {a[0] for a in named.accesses()} - {named.proc.pid}
+    assert len(child) == 1 and {r[0] for r in rws} == {named.proc.pid, *child}
+    assert "NOT traced" not in ng.stderr()
+
+
 def test_a_kernel_access_through_the_mapping_gives_its_page_up_and_says_so(edu):
     """A write() from the mapping into a pipe: the kernel's own copy faults
     on the armed page, which is given up (said) and works untraced."""
@@ -224,7 +369,7 @@ def test_tracers_come_and_go_while_a_process_reads_on_another_cpu(edu):
             lines.append(proc.stdout.readline().rstrip("\n"))
             assert lines[-1], lines
         cycles = 0
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 15
         while cycles < 2 or time.monotonic() < deadline:
             ng = NgTracer(["--pci", edu.name, "--pid"], f"user-trace-race-{cycles}").start()
             try:

@@ -297,8 +297,8 @@ def test_headers_parsed_completely() -> None:
     assert kmod.defines["MMIOTNG_GENL_NAME"] == '"mmiotrace_ng"'
     assert "MMIOTNG_A_MAX" in kmod.defines
     attrs = attr_list(ABI_H.read_text())
-    assert len(attrs) == 28 and attrs[0] == ("PHYS", "U64", "REQ")
-    assert attrs[-1] == ("PID", "U32", "REQ")
+    assert len(attrs) == 30 and attrs[0] == ("PHYS", "U64", "REQ")
+    assert attrs[-1] == ("USER_COMMS", "BINARY", "REQ")
     assert {d for _n, _t, d in attrs} == {"REQ", "REPLY"}
     assert kmod.enums["mmiotng_attr"][:2] == ["MMIOTNG_A_UNSPEC", "MMIOTNG_A_PHYS"]
     assert kmod.enums["mmiotng_attr"][-2:] == ["MMIOTNG_A_PAD", "__MMIOTNG_A_MAX"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -59,12 +60,27 @@ def test_raw_file_rejects_other_files(tmp_path):
     ([], "nothing to trace"),
     (["--pci", "01:00.0", "modprobe"], "put the command after --"),
     (["--pci", "01:00.0", "--buffer-size-kb", "1"], "at least 4"),
+    (["--pci", "01:00.0", "--user", "app", "--no-user"], "not both"),
+    (["--pci", "01:00.0", "--user", "a-name-of-16-byt"], "a name of at most 15 bytes"),
+    (["--pci", "01:00.0", "--user", ""], "a name of at most 15 bytes"),
+    (["--pci", "01:00.0", "--user", "0"], "a process id"),
+    (["--pci", "01:00.0", "--user", "4194304999"], "--user 4194304999: no such process"),
+    (["--pci", "01:00.0", *[a for n in range(9) for a in ("--user", f"app{n}")]],
+     "at most 16 process ids and 8 names"),
 ])
 def test_usage_errors_exit_2(argv, words, capsys):
     with pytest.raises(SystemExit) as exc:
         arguments.parse_args(argv)
     assert exc.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_user_takes_process_ids_and_names():
+    args = arguments.parse_args(["--pci", "01:00.0", "--user", str(os.getpid()), "--user",
+                                 "a-name-of-15byt", "--user", "1"])
+    assert arguments.user_filter(args.user) == ([os.getpid(), 1], ["a-name-of-15byt"])
+    assert arguments.parse_record(["-o", "x.ngrec", "--pci", "01:00.0", "--user", "1"]).user == [
+        "1"]
 
 
 def test_command_after_double_dash():
@@ -163,18 +179,18 @@ def test_the_trace_parses_the_same_options():
     assert vars(args) == {"verbose": True,
         "pci": ["01:00.0", "0000:03:00.0"], "all": True, "output": "out.txt",
         "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
-        "no_existing": True, "no_user": True, "singlestep": True, "raw": "out.raw",
+        "no_existing": True, "no_user": True, "user": [], "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
         "histogram": False, "interval": None, "irq": False, "dma": False,
         "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--all"])) == {
         "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
-        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "singlestep": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "user": [], "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None,
         "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
         "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
-        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "singlestep": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "user": [], "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0,
         "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     # --flight alone keeps 4096 per CPU; N and the region as given

@@ -8,6 +8,9 @@ import argparse
 import errno
 import io
 
+import pytest
+
+from mmiotrace_ng.common.errors import UsageError
 from mmiotrace_ng.tracer.netlink import HelperError
 from mmiotrace_ng.tracer.session import NO_NUMA_BALANCING, Session
 
@@ -17,9 +20,10 @@ class FakeHelper:
         self.refuse, self.refuse_arm = refuse, refuse_arm
         self.armed: list[tuple[int, int, int]] = []
 
-    def trace_user(self) -> None:
+    def trace_user(self, pids: list[int], comms: list[str]) -> None:
         if self.refuse:
             raise HelperError(self.refuse, "MMIOTNG_CMD_TRACE_USER: refused")
+        self.filter = (pids, comms)
 
     def arm_user(self, pid: int, virt: int, size: int) -> None:
         if self.refuse_arm:
@@ -41,9 +45,9 @@ class FakeProbes:
         return []
 
 
-def session(helper: FakeHelper) -> tuple[Session, FakeProbes]:
+def session(helper: FakeHelper, user: list[str] | None = None) -> tuple[Session, FakeProbes]:
     args = argparse.Namespace(compat=False, pc=False, pid=False, histogram=False, irq=False,
-                              dma=False)
+                              dma=False, user=user or [])
     s = Session(args, io.BytesIO())
     s.helper = helper           # type: ignore[assignment]
     probes = FakeProbes()
@@ -61,6 +65,23 @@ def test_traced_when_the_helper_can(capsys):
     assert probes.unmaps
 
 
+def test_user_names_the_processes_the_helper_traces():
+    helper = FakeHelper()
+    s, _ = session(helper, ["1234", "vfio-app", "42"])
+    assert s.trace_user(RANGES) is True
+    assert helper.filter == ([1234, 42], ["vfio-app"])
+    helper = FakeHelper()
+    s, _ = session(helper)
+    assert s.trace_user(RANGES) is True and helper.filter == ([], [])
+
+
+def test_a_user_process_gone_at_the_start_is_a_usage_error():
+    s, probes = session(FakeHelper(refuse=errno.ESRCH), ["1234"])
+    with pytest.raises(UsageError, match="--user: a process of 1234 is gone"):
+        s.trace_user(RANGES)
+    assert probes.said == []
+
+
 def test_said_without_numa_balancing_with_why(capsys):
     s, probes = session(FakeHelper(refuse=errno.EOPNOTSUPP))
     assert s.trace_user(RANGES) is False
@@ -76,6 +97,10 @@ def test_a_held_mapping_the_helper_refuses_is_said_one_of_a_gone_process_not(cap
     assert "process 42's mapping at 0x7f0000000000 is NOT traced" in capsys.readouterr().err
     s, _ = session(FakeHelper(refuse_arm=errno.ESRCH))
     assert s.arm_user(42, 0x7F0000000000, 0xFEA00000, 0x1000) is True
+    # not one of the processes --user names: nothing to say either
+    s, _ = session(FakeHelper(refuse_arm=errno.ENOENT))
+    assert s.arm_user(42, 0x7F0000000000, 0xFEA00000, 0x1000) is True
+    assert capsys.readouterr().err == ""
     helper = FakeHelper()
     s, _ = session(helper)
     assert s.arm_user(42, 0x7F0000000000, 0xFEA00000, 0x1000) is True

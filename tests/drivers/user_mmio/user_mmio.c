@@ -7,12 +7,20 @@
  *
  *   ACCESS pid op width offset value pc
  *
- * Usage: user_mmio RESOURCE_FILE [fork] [syscall] [remap] [loop SECONDS] [hold]
- *   fork: then a child makes one read of offset 0 and prints it too;
+ * Usage: user_mmio RESOURCE_FILE [alu] [fork] [syscall] [remap] [mremap] [loop SECONDS] [hold]
+ *   alu: then ALU instructions on offset 0x80 (or, lock or, cmp, test,
+ *        add into a register, and from one, xchg, inc, an 8-byte or),
+ *        each printed as the accesses it makes (the values it reads
+ *        known from what was written before), and "ALU name register
+ *        flags" (the register operand and the arithmetic flags after
+ *        it); last a read of 0x80 (it must read what the last one wrote);
  *   syscall: then the kernel reads the mapping (a write() of its first 4
  *            bytes into a pipe) and it prints "PIPE value";
  *   remap: then it unmaps the BAR, maps it again, prints "REMAPPED pid
  *          address" and reads offset 0 there;
+ *   mremap: then it moves the mapping elsewhere (mremap with
+ *           MREMAP_FIXED), prints "MOVED pid address" and reads offset 0
+ *           there;
  *   loop: then it reads offset 0 for that long (0: until a SIGUSR1) and
  *         prints "LOOP reads wrong", the reads made and those that did
  *         not read the identification;
@@ -74,6 +82,49 @@ static void said(char op, int width, unsigned int off, uint64_t val, uint64_t pc
 		said('W', width, off, (uint64_t)v, pc);				\
 	} while (0)
 
+/*
+ * One ALU instruction on the BAR at off (%3 in insn), with a register
+ * operand (%2, in and out): its accesses as the program expects them (it
+ * reads rd; it writes wr if it writes), then what it left in the register
+ * and the arithmetic flags.
+ */
+#define ALU(name, insn, width, off, regval, rd, writes, wr)			\
+	do {									\
+		uint64_t pc, fl, r = (regval);					\
+		asm volatile("lea 1f(%%rip), %0\n1: " insn "\n\tpushfq\n\tpop %1"	\
+			     : "=&r" (pc), "=&r" (fl), "+r" (r)			\
+			     : "r" (bar + (off)) : "memory", "cc");		\
+		said('R', width, off, (rd), pc);				\
+		if (writes)							\
+			said('W', width, off, (wr), pc);			\
+		printf("ALU %s 0x%" PRIx64 " 0x%" PRIx64 "\n", name, r, fl & 0x8d5);	\
+		fflush(stdout);							\
+	} while (0)
+
+static void alu(void)
+{
+	uint32_t cur = 0x12345670;
+
+	WRITE("movl", uint32_t, 4, 0x80, cur);
+	ALU("or", "orl $0x0f, (%3)", 4, 0x80, 0, cur, 1, cur | 0x0f);
+	cur |= 0x0f;
+	ALU("lock-or", "lock orl $0x100, (%3)", 4, 0x80, 0, cur, 1, cur | 0x100);
+	cur |= 0x100;
+	ALU("cmp", "cmpl $0x1234577f, (%3)", 4, 0x80, 0, cur, 0, 0);
+	ALU("test", "testl $0x80, (%3)", 4, 0x80, 0, cur, 0, 0);
+	ALU("add-to-reg", "addl (%3), %k2", 4, 0x80, 1, cur, 0, 0);
+	ALU("and", "andl %k2, (%3)", 4, 0x80, 0xffff00ffu, cur, 1, cur & 0xffff00ffu);
+	cur &= 0xffff00ffu;
+	ALU("xchg", "xchgl %k2, (%3)", 4, 0x80, 0x0badf00du, cur, 1, 0x0badf00du);
+	cur = 0x0badf00du;
+	ALU("inc", "incl (%3)", 4, 0x80, 0, cur, 1, cur + 1);
+	cur += 1;
+	WRITE("movq", uint64_t, 8, 0x80, 0x1122334455667000ULL);
+	ALU("or-8", "orq $1, (%3)", 8, 0x80, 0, 0x1122334455667000ULL, 1, 0x1122334455667001ULL);
+	WRITE("movl", uint32_t, 4, 0x80, cur);
+	READ("movl", uint32_t, 4, 0x80);
+}
+
 /* rep movsb of n bytes from the BAR at off into buf: n one-byte reads */
 static void copy_in(unsigned int off, uint8_t *buf, unsigned long n)
 {
@@ -109,18 +160,20 @@ static long faults(void)
 
 int main(int argc, char **argv)
 {
-	int fd, i, child = 0, hold = 0, sys = 0, remap = 0, loop = -1;
+	int fd, i, child = 0, hold = 0, sys = 0, remap = 0, loop = -1, alus = 0, move = 0;
 	uint8_t buf[4];
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: user_mmio RESOURCE_FILE [fork] [hold]\n");
+		fprintf(stderr, "usage: user_mmio RESOURCE_FILE [alu] [fork] [syscall] [remap] [loop S] [hold]\n");
 		return 2;
 	}
 	for (i = 2; i < argc; i++) {
+		alus |= !strcmp(argv[i], "alu");
 		child |= !strcmp(argv[i], "fork");
 		hold |= !strcmp(argv[i], "hold");
 		sys |= !strcmp(argv[i], "syscall");
 		remap |= !strcmp(argv[i], "remap");
+		move |= !strcmp(argv[i], "mremap");
 		if (!strcmp(argv[i], "loop") && i + 1 < argc)
 			loop = atoi(argv[++i]);
 	}
@@ -144,6 +197,8 @@ int main(int argc, char **argv)
 	READ("movb", uint8_t, 1, 0x00);
 	READ("movw", uint16_t, 2, 0x00);
 	copy_in(0x08, buf, sizeof(buf));
+	if (alus)
+		alu();
 	if (child) {
 		pid_t pid = fork();
 
@@ -183,6 +238,24 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("REMAPPED %d 0x%lx\n", getpid(), (unsigned long)bar);
+		fflush(stdout);
+		READ("movl", uint32_t, 4, 0x00);
+	}
+	if (move) {
+		/* a place of its own, taken by the move */
+		void *to = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (to == MAP_FAILED) {
+			perror("mmap");
+			return 1;
+		}
+		to = mremap((void *)bar, 4096, 4096, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+		if (to == MAP_FAILED) {
+			perror("mremap");
+			return 1;
+		}
+		bar = to;
+		printf("MOVED %d 0x%lx\n", getpid(), (unsigned long)bar);
 		fflush(stdout);
 		READ("movl", uint32_t, 4, 0x00);
 	}
