@@ -16,41 +16,41 @@ DEFAULT_SECONDS until it is (tests/unit/test_guest_shards.py fails for it).
 from __future__ import annotations
 
 # seconds each file's tests took in the main boot of a full run, side by side
-# (junit of the clean-clone CI run at e56155d; the BPF objects a part's first
+# (junit of the clean-clone CI run at edc04b1; the BPF objects a part's first
 # test compiled took 20-40 s of it there, under the first file's name)
 SECONDS = {
-    "test_all.py": 88,
-    "test_analysis.py": 55,
-    "test_cli_errors.py": 48,
-    "test_commands.py": 34,
-    "test_diff.py": 67,
-    "test_engine_safety.py": 320,      # + the kprobe test (about 55 s alone)
-    "test_fields.py": 34,
-    "test_flight.py": 0,               # its boot only
-    "test_helper_version.py": 18,
-    "test_histogram.py": 13,
-    "test_install.py": 61,
-    "test_irq.py": 40,
-    "test_kernel_reference.py": 27,
-    "test_ksym.py": 178,
-    "test_large_bars.py": 37,
-    "test_lockdown.py": 0,             # its boot only
-    "test_lockdown_integrity.py": 0,   # its boot only
-    "test_memtype.py": 7,
-    "test_ng_trace.py": 99,
-    "test_output.py": 36,
-    "test_record.py": 151,
-    "test_reliability.py": 126,
-    "test_replay.py": 29,
-    "test_session_owner.py": 9,
-    "test_singlestep.py": 12,
-    "test_small_bars.py": 47,
-    "test_storm.py": 27,
-    "test_switches.py": 56,
-    "test_truth.py": 33,
-    "test_unplug.py": 15,
-    "test_user_maps.py": 20,           # not in the junit run above: an estimate
-    "test_user_trace.py": 30,          # the same
+    "test_all.py": 100,
+    "test_analysis.py": 28,
+    "test_cli_errors.py": 44,
+    "test_commands.py": 22,
+    "test_diff.py": 111,
+    "test_engine_safety.py": 273,  # + the kprobe test (about 55 s alone)
+    "test_fields.py": 30,
+    "test_flight.py": 0,  # its boot only
+    "test_helper_version.py": 32,
+    "test_histogram.py": 17,
+    "test_install.py": 54,
+    "test_irq.py": 43,
+    "test_kernel_reference.py": 28,
+    "test_ksym.py": 225,
+    "test_large_bars.py": 60,
+    "test_lockdown.py": 0,  # its boot only
+    "test_lockdown_integrity.py": 0,  # its boot only
+    "test_memtype.py": 14,
+    "test_ng_trace.py": 100,
+    "test_output.py": 35,
+    "test_record.py": 182,
+    "test_reliability.py": 167,
+    "test_replay.py": 28,
+    "test_session_owner.py": 10,
+    "test_singlestep.py": 17,
+    "test_small_bars.py": 58,
+    "test_storm.py": 23,
+    "test_switches.py": 47,
+    "test_truth.py": 46,
+    "test_unplug.py": 23,
+    "test_user_maps.py": 32,
+    "test_user_trace.py": 160,  # 113 there, with 5 tests added since (about 14 s each)
 }
 # tests/run's short boots (single-threaded TCG, signatures enforced,
 # lockdown, then the flight recorder's boot) run after the last part, beside
