@@ -272,19 +272,15 @@ def check_selection(ap: argparse.ArgumentParser, args: argparse.Namespace) -> No
     check_user(ap, args)
 
 
-def user_filter(specs: list[str]) -> tuple[list[int], list[str]]:
-    """--user's process ids and names."""
-    pids = [int(s) for s in specs if s.isdigit()]
-    return pids, [s for s in specs if not s.isdigit()]
-
-
 def check_user(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    specs = getattr(args, "user", [])
+    """--user: its process ids and names, apart (user_pids, user_names)."""
+    specs = args.user
+    args.user_pids = pids = [int(s) for s in specs if s.isdigit()]
+    args.user_names = names = [s for s in specs if not s.isdigit()]
     if not specs:
         return
-    if getattr(args, "no_user", False):
+    if args.no_user:
         ap.error("--user names processes to trace, --no-user traces none: not both")
-    pids, names = user_filter(specs)
     if any(p <= 0 for p in pids) or any(not n or len(n.encode()) > MMIOTNG_COMM_LEN - 1
                                        for n in names):
         ap.error(f"--user PID|NAME: a process id, or a name of at most "

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 from .. import __version__
-from ..arguments import user_filter
 from ..common import ringbuf
 from ..common.bpfload import LoaderError
 from ..common.child import ended as child_ended
@@ -281,7 +280,8 @@ class Session:
         from .netlink import HelperError
 
         assert self.helper is not None
-        pids, names = user_filter(getattr(self.args, "user", []))
+        pids = getattr(self.args, "user_pids", [])
+        names = getattr(self.args, "user_names", [])
         try:
             self.helper.trace_user(pids, names)
         except HelperError as exc:

@@ -78,7 +78,7 @@ def test_usage_errors_exit_2(argv, words, capsys):
 def test_user_takes_process_ids_and_names():
     args = arguments.parse_args(["--pci", "01:00.0", "--user", str(os.getpid()), "--user",
                                  "a-name-of-15byt", "--user", "1"])
-    assert arguments.user_filter(args.user) == ([os.getpid(), 1], ["a-name-of-15byt"])
+    assert (args.user_pids, args.user_names) == ([os.getpid(), 1], ["a-name-of-15byt"])
     assert arguments.parse_record(["-o", "x.ngrec", "--pci", "01:00.0", "--user", "1"]).user == [
         "1"]
 
@@ -179,18 +179,18 @@ def test_the_trace_parses_the_same_options():
     assert vars(args) == {"verbose": True,
         "pci": ["01:00.0", "0000:03:00.0"], "all": True, "output": "out.txt",
         "compat": True, "pc": True, "pid": True, "buffer_size_kb": 64,
-        "no_existing": True, "no_user": True, "user": [], "singlestep": True, "raw": "out.raw",
+        "no_existing": True, "no_user": True, "user": [], "user_pids": [], "user_names": [], "singlestep": True, "raw": "out.raw",
         "helper": "mmiotng.ko", "cmd": ["modprobe", "e1000"],
         "histogram": False, "interval": None, "irq": False, "dma": False,
         "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--all"])) == {
         "verbose": False, "pci": [], "all": True, "output": None, "compat": False, "pc": False,
-        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "user": [], "singlestep": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "user": [], "user_pids": [], "user_names": [], "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": False, "interval": None,
         "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     assert vars(arguments.parse_args(["--pci", "1:0.0", "--histogram", "-i", "2"])) == {
         "verbose": False, "pci": ["1:0.0"], "all": False, "output": None, "compat": False, "pc": False,
-        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "user": [], "singlestep": False,
+        "pid": False, "buffer_size_kb": 16384, "no_existing": False, "no_user": False, "user": [], "user_pids": [], "user_names": [], "singlestep": False,
         "raw": None, "helper": None, "cmd": [], "histogram": True, "interval": 2.0,
         "irq": False, "dma": False, "flight": None, "flight_region": None, "sync": False}
     # --flight alone keeps 4096 per CPU; N and the region as given

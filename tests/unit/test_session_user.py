@@ -47,7 +47,8 @@ class FakeProbes:
 
 def session(helper: FakeHelper, user: list[str] | None = None) -> tuple[Session, FakeProbes]:
     args = argparse.Namespace(compat=False, pc=False, pid=False, histogram=False, irq=False,
-                              dma=False, user=user or [])
+                              dma=False, user_pids=[int(u) for u in user or [] if u.isdigit()],
+                              user_names=[u for u in user or [] if not u.isdigit()])
     s = Session(args, io.BytesIO())
     s.helper = helper           # type: ignore[assignment]
     probes = FakeProbes()
