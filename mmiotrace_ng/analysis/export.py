@@ -7,9 +7,13 @@ The object form of the Trace Event Format is written:
 {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}, with
 times in microseconds.  What goes where:
 
-- process 1 ("mmiotrace-ng") holds everything; in a recorded file each CPU
-  is a thread (tid = the CPU, named "CPU n"); a text trace has no CPU
-  column, so its accesses share one thread ("MMIO", tid 0);
+- process 1 ("mmiotrace-ng") holds everything but what processes did
+  through their own mappings of a BAR; in a recorded file each CPU is a
+  thread (tid = the CPU, named "CPU n"); a text trace has no CPU column,
+  so its accesses share one thread ("MMIO", tid 0);
+- a process's mapping (a MAP at a user address) and the accesses through
+  it go to that process's own track (pid = its pid, named "process PID"),
+  with the same threads;
 - each R, W and UNKNOWN is a complete event ("X") on its CPU's thread,
   named "R 4 +0x0008" (op, width, offset in its mapping), or "R NAME" where
   a register map (--regs; default: the shipped ones) names the register;
@@ -156,12 +160,13 @@ class ChromeWriter:
         self.fh = fh
         self.namer = namer
         self.order = TimeOrder()
-        self.threads: set[int] = set()
-        self.pending: dict[int, tuple[int, str]] = {}     # tid -> (ts_ns, X event's JSON)
+        self.threads: set[tuple[int, int]] = set()         # (pid, tid)
+        self.pending: dict[tuple[int, int], tuple[int, str]] = {}  # (pid, tid) -> (ts_ns, JSON)
         self.heads: dict[tuple, str] = {}                  # see access()
         self.callers: dict[int, str] = {}
-        self.latest: dict[int, int] = {}                   # tid -> latest ts_ns seen
-        self.maps: dict[int, tuple[str, int]] = {}         # map id -> (name, tid): open
+        self.latest: dict[tuple[int, int], int] = {}       # (pid, tid) -> latest ts_ns
+        self.maps: dict[int, tuple[str, int, int]] = {}    # map id -> (name, pid, tid): open
+        self.user_maps: dict[int, int] = {}                # map id -> its process
         self.bases: dict[int, int] = {}                    # map id -> its phys
         self.last_ns = 0
         self.counts = dict.fromkeys(("R", "W", "UNKNOWN", "MAP", "UNMAP", "MARK"), 0)
@@ -180,12 +185,17 @@ class ChromeWriter:
                    "args": {"name": "mmiotrace-ng"}})
         self.other = other
 
-    def thread(self, tid: int, name: str) -> None:
-        if tid not in self.threads:
-            self.threads.add(tid)
-            self.emit({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
+    def thread(self, tid: int, name: str, pid: int = PID) -> None:
+        if (pid, tid) not in self.threads:
+            if pid != PID and not any(p == pid for p, _ in self.threads):
+                self.emit({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                           "args": {"name": f"process {pid}"}})
+                self.emit({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                           "args": {"sort_index": pid}})
+            self.threads.add((pid, tid))
+            self.emit({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                        "args": {"name": name}})
-            self.emit({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
+            self.emit({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
                        "args": {"sort_index": tid}})
 
     def feed(self, ev: Event) -> None:
@@ -220,12 +230,13 @@ class ChromeWriter:
     def access(self, ev: Event, tid: int) -> None:
         # The JSON text of an event is made by hand from pieces that are
         # cached: a register's part (name, address) and a caller's.
+        proc = self.user_maps.get(ev.map_id, PID)
         key = (ev.kind, ev.width, ev.map_id, ev.phys, tid)
         head = self.heads.get(key)
         if head is None:
             if len(self.heads) >= CACHE:
                 self.heads.clear()
-            head = self.heads[key] = self.head(ev, tid)
+            head = self.heads[key] = self.head(ev, tid, proc)
         if ev.kind == "UNKNOWN":
             tail = ',"insn":' + _DUMPS(ev.text)
         else:
@@ -245,23 +256,24 @@ class ChromeWriter:
         # out of time order lasts 0: the thread's events of non-zero length
         # then never overlap one another.
         ts = ev.ts_ns
-        latest = self.latest.get(tid)
-        held = self.pending.pop(tid, None)
+        track = (proc, tid)
+        latest = self.latest.get(track)
+        held = self.pending.pop(track, None)
         if held is not None:
             self.complete(held, max(0, min(ACCESS_NS, ts - held[0] - 1)))
         if latest is not None and ts < latest:
             self.complete((ts, body), 0)
         else:
-            self.latest[tid] = ts
-            self.pending[tid] = (ts, body)
+            self.latest[track] = ts
+            self.pending[track] = (ts, body)
 
     def complete(self, held: tuple[int, str], dur_ns: int) -> None:
         ts, body = held
         self.order.add(ts, f'{body}{_us(ts)},"dur":{_us(dur_ns)}}}')
 
-    def head(self, ev: Event, tid: int) -> str:
+    def head(self, ev: Event, tid: int, proc: int = PID) -> str:
         """The JSON of an access event up to its value: name, track, address."""
-        self.thread(tid, "MMIO" if ev.cpu == NO_CPU else f"CPU {ev.cpu}")
+        self.thread(tid, "MMIO" if ev.cpu == NO_CPU else f"CPU {ev.cpu}", proc)
         name = self.namer(ev.phys) if self.namer is not None else None
         base = self.bases.get(ev.map_id)
         where = f"+0x{ev.phys - base:04x}" if base is not None and ev.phys >= base \
@@ -276,7 +288,7 @@ class ChromeWriter:
             args["width"] = ev.width
         if name:
             args["register"] = name
-        head = {"name": label, "ph": "X", "pid": PID, "tid": tid, "cat": "mmio", "args": args}
+        head = {"name": label, "ph": "X", "pid": proc, "tid": tid, "cat": "mmio", "args": args}
         return _DUMPS(head)[:-2]         # without the closing }} of args and event
 
     def map(self, ev: Event, tid: int) -> None:
@@ -285,13 +297,19 @@ class ChromeWriter:
         name = f"map {ev.map_id}: 0x{ev.phys:x} +0x{ev.length:x}"
         self.bases[ev.map_id] = ev.phys
         self.heads.clear()      # they hold offsets in the mappings
-        self.maps[ev.map_id] = (name, tid)
+        proc = PID
+        self.user_maps.pop(ev.map_id, None)
+        if ev.pid and not ev.value >> 63:       # at a user address: a process's
+            proc = self.user_maps[ev.map_id] = ev.pid
+            self.thread(tid, "MMIO" if ev.cpu == NO_CPU else f"CPU {ev.cpu}", proc)
+            name += f" (process {ev.pid} at 0x{ev.value:x})"
+        self.maps[ev.map_id] = (name, proc, tid)
         args: dict[str, object] = {"phys": f"0x{ev.phys:x}", "virt": f"0x{ev.value:x}",
                                    "len": f"0x{ev.length:x}"}
         if ev.pc:
             args["caller"] = self.caller(ev.pc)
         self.emit({"name": name, "ph": "b", "cat": "map", "id": ev.map_id, "ts": _us(ev.ts_ns),
-                   "pid": PID, "tid": tid, "args": args}, ev.ts_ns)
+                   "pid": proc, "tid": tid, "args": args}, ev.ts_ns)
 
     def unmap(self, ev: Event, tid: int) -> None:
         opened = self.maps.pop(ev.map_id, None)
@@ -299,9 +317,9 @@ class ChromeWriter:
             self.emit({"name": f"UNMAP {ev.map_id}", "ph": "i", "s": "t", "ts": _us(ev.ts_ns),
                        "pid": PID, "tid": tid, "cat": "map"}, ev.ts_ns)
             return
-        name, btid = opened
+        name, proc, btid = opened
         self.emit({"name": name, "ph": "e", "cat": "map", "id": ev.map_id,
-                   "ts": _us(ev.ts_ns), "pid": PID, "tid": btid}, ev.ts_ns)
+                   "ts": _us(ev.ts_ns), "pid": proc, "tid": btid}, ev.ts_ns)
 
     def irq(self, ev: Event) -> None:
         """An interrupt handler's run: a span on its interrupt's track, from
@@ -357,11 +375,11 @@ class ChromeWriter:
                        "args": {"unmapped": "no (still mapped at the end of the trace)"}},
                       self.last_ns)
         self.dma.clear()
-        for tid in list(self.pending):
-            self.complete(self.pending.pop(tid), ACCESS_NS)
-        for map_id, (name, tid) in list(self.maps.items()):
+        for track in list(self.pending):
+            self.complete(self.pending.pop(track), ACCESS_NS)
+        for map_id, (name, proc, tid) in list(self.maps.items()):
             self.emit({"name": name, "ph": "e", "cat": "map", "id": map_id,
-                       "ts": _us(self.last_ns), "pid": PID, "tid": tid,
+                       "ts": _us(self.last_ns), "pid": proc, "tid": tid,
                        "args": {"unmapped": "no (still mapped at the end of the trace)"}},
                       self.last_ns)
         self.maps.clear()

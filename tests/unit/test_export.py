@@ -191,6 +191,36 @@ def test_text_trace_events(tmp_path):
     assert other["pcidev"] == PCIDEV.rstrip("\n")
 
 
+def test_each_process_s_mappings_and_accesses_are_on_its_own_track(tmp_path):
+    """A kernel driver's mapping and two processes' mappings of the same BAR
+    (MAPs at user addresses with their pids): each process's accesses
+    and mapping span on that process's track, the driver's on
+    mmiotrace-ng's, the kernel driver's accesses there even with a pid."""
+    lines = [
+        f"MAP {t(1_000_000)} 1 0xfeb40000 0xffffc90000100000 0x1000 0x0 77\n",
+        f"MAP {t(1_000_010)} 2 0xfeb40000 0x7f0000001000 0x1000 0x0 4242\n",
+        f"R 4 {t(1_000_020)} 2 0xfeb40008 0x1 0x401000 4242\n",
+        f"R 4 {t(1_000_030)} 1 0xfeb40008 0x2 0x0 77\n",
+        f"MAP {t(1_000_040)} 3 0xfeb40000 0x7f0000002000 0x1000 0x0 4343\n",
+        f"W 4 {t(1_000_050)} 3 0xfeb40004 0x3 0x401010 4343\n",
+        f"W 4 {t(1_000_060)} 2 0xfeb40004 0x4 0x401020 4242\n",
+        f"UNMAP {t(1_000_070)} 2 0x0 4242\n",
+    ]
+    src = text_trace(tmp_path / "t.txt", lines)
+    assert run_export(["--chrome", str(tmp_path / "t.json"), src]) == 0
+    evs = load(tmp_path / "t.json")
+    by_value = {int(e["args"]["value"], 16): e["pid"] for e in xs(evs)}
+    assert by_value == {1: 4242, 2: export.PID, 3: 4343, 4: 4242}
+    spans = {e["id"]: e["pid"] for e in evs if e["ph"] == "b"}
+    assert spans == {1: export.PID, 2: 4242, 3: 4343}
+    assert {e["id"]: e["pid"] for e in evs if e["ph"] == "e"} == spans
+    procs = {e["pid"]: e["args"]["name"] for e in evs
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {export.PID: "mmiotrace-ng", 4242: "process 4242", 4343: "process 4343"}
+    threads = {(e["pid"], e["tid"]) for e in evs if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert threads == {(export.PID, 0), (4242, 0), (4343, 0)}
+
+
 def test_register_names_from_a_namer(tmp_path):
     lines, acc = synthetic_text()
     src = text_trace(tmp_path / "t.txt", lines)
