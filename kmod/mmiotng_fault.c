@@ -938,6 +938,9 @@ bool ng_fault_user_map(struct pt_regs *regs, struct ng_mapping *m, unsigned long
 	/* never stepped: the ALU ops on memory are emulated too */
 	if (!n || !ng_decode_into(bytes, n, &dec, true))
 		return false;
+	/* a read-modify-write through a read-only mapping: not even its read */
+	if (!m->user_write && ng_alu_writes(&dec.insn))
+		return false;
 	this_cpu_or(ng_levels_busy, BIT(0));
 	this_cpu_inc(ng_fault_depth);
 	this_cpu_inc(ng_stats.faults);

@@ -208,8 +208,6 @@ static int ng_decode_alu_op(const u8 *buf, unsigned int avail, unsigned int pos,
 		immsz = b == 0x81 ? (w == 2 ? 2 : 4) : 1;
 	} else if (b == 0x84 || b == 0x85) {
 		out->alu = NG_ALU_TEST;
-	} else if (b == 0x86 || b == 0x87) {
-		out->alu = NG_ALU_XCHG;
 	} else if (b != 0xf6 && b != 0xf7 && b != 0xfe && b != 0xff) {
 		return -EINVAL;
 	}
@@ -244,10 +242,6 @@ static int ng_decode_alu_op(const u8 *buf, unsigned int avail, unsigned int pos,
 			return ret;
 		pos = ret;
 	}
-	/* lock: only on a memory destination that is written (else #UD) */
-	if (out->lock && (out->kind != NG_KIND_ALU_MEM || out->alu == NG_ALU_CMP ||
-			  out->alu == NG_ALU_TEST))
-		return -EINVAL;
 	if (pos > NG_INSN_MAX_LEN)
 		return -EINVAL;
 	out->len = pos;
@@ -296,14 +290,10 @@ static int ng_decode_common(const u8 *buf, unsigned int avail, struct ng_insn *o
 		case 0x26:
 			out->seg = b;
 			break;
-		case 0xf0:	/* lock */
-			if (!alu)
-				return -EINVAL;
-			out->lock = true;
-			break;
 		case 0x64:	/* FS, GS: a base we cannot see; single-step */
 		case 0x65:
 		case 0x67:	/* address size */
+		case 0xf0:	/* lock: not atomic as emulated, a read then a write */
 		case 0xf2:
 			return -EINVAL;
 		default:
@@ -388,8 +378,6 @@ opcode:
 			return ng_decode_alu_op(buf, avail, pos, b, out);
 		}
 	}
-	if (out->lock)
-		return -EINVAL;		/* lock mov, movs, stos: #UD */
 
 	if (out->kind == NG_KIND_MOVS || out->kind == NG_KIND_STOS) {
 		out->mem_width = (b & 1) ? ng_osize(out) : 1;
@@ -435,6 +423,12 @@ int ng_decode(const u8 *buf, unsigned int avail, struct ng_insn *out)
 int ng_decode_alu(const u8 *buf, unsigned int avail, struct ng_insn *out)
 {
 	return ng_decode_common(buf, avail, out, true);
+}
+
+bool ng_alu_writes(const struct ng_insn *insn)
+{
+	return insn->kind == NG_KIND_ALU_MEM && insn->alu != NG_ALU_CMP &&
+	       insn->alu != NG_ALU_TEST;
 }
 
 unsigned long ng_modrm_ea(const struct ng_insn *insn,
@@ -646,11 +640,8 @@ static u64 ng_alu_result(const struct ng_insn *insn, struct pt_regs *regs,
 	bool cf = regs->flags & NG_FLAGS_CF;
 	u64 r;
 
-	*store = insn->kind == NG_KIND_ALU_MEM;
+	*store = ng_alu_writes(insn);
 	switch (insn->alu) {
-	case NG_ALU_XCHG:
-		ng_reg_set(regs, insn->reg, insn->reg_width, insn->high8, val);
-		return other;
 	case NG_ALU_NOT:
 		return ~val & ng_mask(w);
 	case NG_ALU_NEG:
@@ -666,9 +657,7 @@ static u64 ng_alu_result(const struct ng_insn *insn, struct pt_regs *regs,
 			r = ng_alu_compute(insn->alu, w, other, val, cf, &f);
 		else
 			r = ng_alu_compute(insn->alu, w, val, other, cf, &f);
-		if (insn->alu == NG_ALU_CMP || insn->alu == NG_ALU_TEST)
-			*store = false;
-		else if (insn->kind == NG_KIND_ALU_REG)
+		if (insn->kind == NG_KIND_ALU_REG && insn->alu != NG_ALU_CMP)
 			ng_reg_set(regs, insn->reg, insn->reg_width, insn->high8, r);
 		break;
 	}
@@ -687,7 +676,7 @@ static int ng_emulate_alu(const struct ng_insn *insn, struct pt_regs *regs,
 	u64 val, r;
 	int ret;
 
-	if (!insn->has_modrm || insn->alu > NG_ALU_XCHG ||
+	if (!insn->has_modrm || insn->alu > NG_ALU_DEC ||
 	    (!insn->has_imm && insn->alu != NG_ALU_NOT && insn->alu != NG_ALU_NEG &&
 	     insn->alu != NG_ALU_INC && insn->alu != NG_ALU_DEC && insn->reg > 15))
 		return -EINVAL;

@@ -19,10 +19,10 @@
  * from user mode, which are never single-stepped):
  *   00-3B op r/m,r and op r,r/m (add or adc sbb and sub xor cmp)
  *   80/81/83 op r/m,imm     84/85 test r/m,r    F6/F7 /0 test r/m,imm
- *   F6/F7 /2 not, /3 neg    FE/FF /0 inc, /1 dec  86/87 xchg r/m,r
- * and F0 lock where the CPU takes it (a memory destination that is
- * written).  The emulation is a read and a write (a locked instruction's
- * atomicity is the device's: nothing else runs on this CPU in between).
+ *   F6/F7 /2 not, /3 neg    FE/FF /0 inc, /1 dec
+ * The emulation is a read and a write: not atomic against another CPU
+ * doing the same, as the instruction is not without a lock, so a locked
+ * one (F0, and xchg, locked always) is refused.
  */
 #ifndef NG_DECODE_H
 #define NG_DECODE_H
@@ -117,7 +117,6 @@ enum ng_alu {
 	NG_ALU_NEG,
 	NG_ALU_INC,
 	NG_ALU_DEC,
-	NG_ALU_XCHG,
 };
 
 /* Register numbers (ModRM order); NG_REG_RIP only as a base. */
@@ -181,7 +180,6 @@ enum ng_alu {
  *	does and cut to @mem_width bytes
  * @alu: ALU_MEM, ALU_REG: enum ng_alu
  * @has_imm: the ALU op's other operand is @imm, not @reg
- * @lock: an F0 prefix (ALU_MEM only)
  */
 struct ng_insn {
 	u8 len;
@@ -207,7 +205,6 @@ struct ng_insn {
 	u64 imm;
 	u8 alu;
 	bool has_imm;
-	bool lock;
 };
 
 /**
@@ -231,6 +228,14 @@ int ng_decode(const u8 *buf, unsigned int avail, struct ng_insn *out);
  * at the top of this file.
  */
 int ng_decode_alu(const u8 *buf, unsigned int avail, struct ng_insn *out);
+
+/**
+ * ng_alu_writes() - whether an ALU op reads its memory operand, then writes it
+ * @insn: from ng_decode_alu()
+ *
+ * Return: true for an ALU_MEM op other than cmp and test.
+ */
+bool ng_alu_writes(const struct ng_insn *insn);
 
 /**
  * ng_modrm_ea() - effective address of the ModRM memory operand
@@ -343,7 +348,7 @@ void ng_load_result(const struct ng_insn *insn, struct pt_regs *regs, u64 val);
  * bits 32..63, 8- and 16-bit writes keep the other bits.  An ALU op reads
  * its memory operand, then writes the result there (ALU_MEM, but not cmp
  * or test) or to its register (ALU_REG, but not cmp), and sets the
- * arithmetic flags as the CPU does (none for not and xchg, CF kept by inc
+ * arithmetic flags as the CPU does (none for not, CF kept by inc
  * and dec, AF cleared by the logical ops).  movs/stos
  * follow DF and update rsi/rdi, and rcx with rep; a rep with rcx == 0
  * does nothing but advance ip.

@@ -257,7 +257,8 @@ USER_PAGE_REASONS: Final[dict[int, str]] = {
     MMIOTNG_ERR_USER_KERNEL: "an access to it from kernel mode (a read() or write() of the "
                              "mapping) or from a 32-bit process",
     MMIOTNG_ERR_USER_INSN: "an access to it the helper does not emulate (an instruction it "
-                           "does not know, or a missing page on the other side of a copy)",
+                           "does not know, a locked one, or a missing page on the other side "
+                           "of a copy)",
 }
 
 
