@@ -302,7 +302,7 @@ static bool ng_user_fault(struct vm_area_struct *vma, unsigned long addr, unsign
 	pte = ptep_get(ptep);
 	if (!ng_user_armed(pte))
 		return false;
-	/* another process (a fork's child): its entry is made present, untraced */
+	/* another process (a fork's child): its entry is made present, untraced, unsaid */
 	if (!ng_user_wanted(current))
 		return false;
 	if (!(flags & FAULT_FLAG_USER) || !regs || !user_mode(regs) || !user_64bit_mode(regs)) {
@@ -326,6 +326,15 @@ static bool ng_user_fault(struct vm_area_struct *vma, unsigned long addr, unsign
 	 */
 	write = pte_write(pte);
 	rcu_read_lock();
+	/*
+	 * The session and its process filter again, under RCU: the hook runs
+	 * preemptible, and ng_user_stop() empties the filter (all processes)
+	 * after the grace period that follows ng_user_on's clearing.
+	 */
+	if (!smp_load_acquire(&ng_user_on) || !ng_user_wanted(current)) {
+		rcu_read_unlock();
+		return false;
+	}
 	local_irq_save(irqs);
 	/*
 	 * The entry again, interrupts off: an unmap that cleared it (a
@@ -480,7 +489,7 @@ int ng_user_start(const u32 *pids, unsigned int npids, const char *comms, unsign
 	for (i = 0; i < npids; i++) {
 		struct pid *pid = find_get_pid(pids[i]);
 
-		if (!pid || !pid_task(pid, PIDTYPE_TGID)) {
+		if (!pid || !pid_has_task(pid, PIDTYPE_TGID)) {
 			put_pid(pid);
 			ng_user_filter_clear();
 			return -ESRCH;
