@@ -7,13 +7,15 @@
  *
  *   ACCESS pid op width offset value pc
  *
- * Usage: user_mmio RESOURCE_FILE [alu] [fork] [syscall] [remap] [mremap] [loop SECONDS] [hold]
- *   alu: then ALU instructions on offset 0x80 (or, lock or, cmp, test,
- *        add into a register, and from one, xchg, inc, an 8-byte or),
- *        each printed as the accesses it makes (the values it reads
- *        known from what was written before), and "ALU name register
- *        flags" (the register operand and the arithmetic flags after
- *        it); last a read of 0x80 (it must read what the last one wrote);
+ * Usage: user_mmio RESOURCE_FILE [alu] [fork] [syscall] [remap] [mremap] [count N] [loop SECONDS] [hold]
+ *   alu: then ALU instructions on offset 0x80 (or, cmp, test, add into
+ *        a register, and from one, inc, an 8-byte or), each printed as
+ *        the accesses it makes (the values it reads known from what was
+ *        written before), and "ALU name register flags" (the register
+ *        operand and the arithmetic flags after it); a read of 0x80 (it
+ *        must read what the last one wrote); last a lock or (which the
+ *        tracer does not emulate: it gives the page up) and "LOCKED
+ *        value", what a read of 0x80 then gives;
  *   syscall: then the kernel reads the mapping (a write() of its first 4
  *            bytes into a pipe) and it prints "PIPE value";
  *   remap: then it unmaps the BAR, maps it again, prints "REMAPPED pid
@@ -21,6 +23,8 @@
  *   mremap: then it moves the mapping elsewhere (mremap with
  *           MREMAP_FIXED), prints "MOVED pid address" and reads offset 0
  *           there;
+ *   count N: then it makes N reads of offset 0 and prints "COUNT N ns",
+ *            the nanoseconds they took (CLOCK_MONOTONIC; the benchmark's);
  *   loop: then it reads offset 0 for that long (0: until a SIGUSR1) and
  *         prints "LOOP reads wrong", the reads made and those that did
  *         not read the identification;
@@ -31,6 +35,9 @@
  *         fault the tracer's helper emulates is not counted there).  Not
  *         a perf counter: enabling one patches the kernel's fault path,
  *         which multi-threaded TCG can run stale on another vCPU.
+ * With "rdonly" as the first option it maps the BAR read-only instead,
+ * reads offset 0 (printed), prints "OR" and makes an or on offset 0: a
+ * SIGSEGV, traced or not.
  * It prints "MAPPED pid address" first.  The offsets are QEMU edu's:
  * 0x00 (identification), 0x04 (liveness: reads back the complement of
  * what was written), 0x80 (an 8-byte register).
@@ -108,21 +115,20 @@ static void alu(void)
 	WRITE("movl", uint32_t, 4, 0x80, cur);
 	ALU("or", "orl $0x0f, (%3)", 4, 0x80, 0, cur, 1, cur | 0x0f);
 	cur |= 0x0f;
-	ALU("lock-or", "lock orl $0x100, (%3)", 4, 0x80, 0, cur, 1, cur | 0x100);
-	cur |= 0x100;
-	ALU("cmp", "cmpl $0x1234577f, (%3)", 4, 0x80, 0, cur, 0, 0);
+	ALU("cmp", "cmpl $0x1234567f, (%3)", 4, 0x80, 0, cur, 0, 0);
 	ALU("test", "testl $0x80, (%3)", 4, 0x80, 0, cur, 0, 0);
 	ALU("add-to-reg", "addl (%3), %k2", 4, 0x80, 1, cur, 0, 0);
 	ALU("and", "andl %k2, (%3)", 4, 0x80, 0xffff00ffu, cur, 1, cur & 0xffff00ffu);
 	cur &= 0xffff00ffu;
-	ALU("xchg", "xchgl %k2, (%3)", 4, 0x80, 0x0badf00du, cur, 1, 0x0badf00du);
-	cur = 0x0badf00du;
 	ALU("inc", "incl (%3)", 4, 0x80, 0, cur, 1, cur + 1);
 	cur += 1;
 	WRITE("movq", uint64_t, 8, 0x80, 0x1122334455667000ULL);
 	ALU("or-8", "orq $1, (%3)", 8, 0x80, 0, 0x1122334455667000ULL, 1, 0x1122334455667001ULL);
 	WRITE("movl", uint32_t, 4, 0x80, cur);
 	READ("movl", uint32_t, 4, 0x80);
+	asm volatile("lock orl $0x100, (%0)" : : "r" (bar + 0x80) : "memory", "cc");
+	printf("LOCKED 0x%x\n", *(volatile uint32_t *)(bar + 0x80));
+	fflush(stdout);
 }
 
 /* rep movsb of n bytes from the BAR at off into buf: n one-byte reads */
@@ -161,6 +167,7 @@ static long faults(void)
 int main(int argc, char **argv)
 {
 	int fd, i, child = 0, hold = 0, sys = 0, remap = 0, loop = -1, alus = 0, move = 0;
+	long count = -1;
 	uint8_t buf[4];
 
 	if (argc < 2) {
@@ -174,8 +181,24 @@ int main(int argc, char **argv)
 		sys |= !strcmp(argv[i], "syscall");
 		remap |= !strcmp(argv[i], "remap");
 		move |= !strcmp(argv[i], "mremap");
+		if (!strcmp(argv[i], "count") && i + 1 < argc)
+			count = atol(argv[++i]);
 		if (!strcmp(argv[i], "loop") && i + 1 < argc)
 			loop = atoi(argv[++i]);
+	}
+	if (argc > 2 && !strcmp(argv[2], "rdonly")) {
+		fd = open(argv[1], O_RDONLY | O_SYNC);
+		bar = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+		if (bar == MAP_FAILED) {
+			perror(argv[1]);
+			return 1;
+		}
+		printf("MAPPED %d 0x%lx\n", getpid(), (unsigned long)bar);
+		READ("movl", uint32_t, 4, 0x00);
+		printf("OR\n");
+		fflush(stdout);
+		asm volatile("orl $1, (%0)" : : "r" (bar) : "memory", "cc");
+		return 0;
 	}
 	fd = open(argv[1], O_RDWR | O_SYNC);
 	if (fd < 0) {
@@ -260,6 +283,23 @@ int main(int argc, char **argv)
 		READ("movl", uint32_t, 4, 0x00);
 	}
 	close(fd);
+	if (count >= 0) {
+		struct timespec t0, t1;
+		uint64_t wrong = 0;
+		long n;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (n = 0; n < count; n++)
+			wrong += ident() != 0x010000ed;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (wrong) {
+			fprintf(stderr, "%" PRIu64 " reads were wrong\n", wrong);
+			return 1;
+		}
+		printf("COUNT %ld %lld\n", count, (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL +
+		       (t1.tv_nsec - t0.tv_nsec));
+		fflush(stdout);
+	}
 	if (loop >= 0) {
 		time_t end = time(NULL) + loop;
 		uint64_t reads = 0, wrong = 0;
