@@ -328,3 +328,43 @@ def test_alu_decoder_never_reads_past_the_bytes(harness):  # noqa: F811
         assert "SEGV" not in line and len(res) == len(c.code) + 1, (c.code.hex(), line)
         assert all(r.startswith("-22/") for r in res[:-1]), (c.code.hex(), line)
         assert res[-1] == f"0/{len(c.code)}", (c.code.hex(), line)
+
+
+KNOWN = {"add", "or", "adc", "sbb", "and", "sub", "xor", "cmp", "test", "not", "neg", "inc",
+         "dec", "mov", "movzx", "movsx", "movsxd", "movsb", "movsw", "movsd", "movsq", "stosb",
+         "stosw", "stosd", "stosq"}
+FUZZ_PREFIXES = [0x66, 0xF0, 0xF3, 0xF2, 0x2E, 0x3E, 0x26, 0x36, 0x64, 0x67, *range(0x40, 0x50)]
+FUZZ_OPCODES = [*range(0x00, 0x40), *range(0x80, 0x88), 0xF6, 0xF7, 0xFE, 0xFF, 0x88, 0x89,
+                0x8A, 0x8B, 0xC6, 0xC7, 0x0F, 0x63, 0xA4, 0xA5, 0xAA, 0xAB]
+
+
+def test_what_the_alu_decoder_takes_capstone_reads_the_same(harness, md):  # noqa: F811
+    """Random prefixes, opcodes of the families and bytes: whatever
+    ng_decode_alu() takes is, to capstone, an instruction of the same
+    length, one it knows, with one memory operand of its width, unlocked."""
+    rng = random.Random(3)
+    codes = []
+    for _ in range(40_000):
+        pre = bytes(rng.choice(FUZZ_PREFIXES) for _ in range(rng.choice([0, 0, 1, 1, 2, 3, 5])))
+        code = pre + bytes([rng.choice(FUZZ_OPCODES)]) + rng.randbytes(14)
+        codes.append(code[:rng.randint(1, 20)])
+    out = harness.run([f"LD {c.hex()}" for c in codes])
+    taken, bad = 0, []
+    for c, line in zip(codes, out, strict=True):
+        fields = line.split()
+        if fields[0] != "0":
+            assert fields[0] == "-22", (c.hex(), line)
+            continue
+        taken += 1
+        length, width = int(fields[1]), int(fields[4])
+        insn = next(md.disasm(c[:length], CODE), None)
+        if insn is None or insn.size != length:
+            bad.append(f"{c.hex()}: length {length}, capstone {insn and insn.size}")
+            continue
+        words = insn.mnemonic.split()
+        mem = [op.size for op in insn.operands if op.type == x86.X86_OP_MEM]
+        string = words[-1].startswith(("movs", "stos")) and words[-1] not in ("movsx", "movsxd")
+        if words[-1] not in KNOWN or "lock" in words or (not string and mem != [width]):
+            bad.append(f"{c.hex()}: {insn.mnemonic} {insn.op_str}: width {width}, memory {mem}")
+    assert not bad, "\n".join(bad[:20])
+    assert taken > 5000
