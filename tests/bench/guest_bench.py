@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -699,7 +700,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="small counts, short search (checks the harness, numbers are noisy)")
     ap.add_argument("--only", metavar="PARTS",
-                    help="measure only these (comma-separated: kernel, helper, ng, or "
+                    help="measure only these (comma-separated: kernel, helper, ng, or user: "
+                         "a process's read through its own mapping against the kernel "
+                         "driver's, traced and not; or "
                          "ng-emulate: ng's default mode timed, no search, no --singlestep; "
                          "ng-flight: ng's default mode and --flight, sessions in turn "
                          "(--flight-rounds; boot with memmap=2M$0x60000000); "
@@ -763,6 +766,58 @@ def measure(res: dict, bdf: str, counts: dict[str, int],
         ng_tracer(res, bdf, counts, {}, modes=(("ng_emulate", []),))
     if "ng-flight" in parts:
         flight_ab(res, bdf, counts, flight_rounds)
+    if "user" in parts:
+        user_access_cost(res, bdf, counts["rloop"])
+
+
+# -- a process's accesses through its own mapping of the BAR --------------
+
+USER_PROGRAM = REPO / "tests" / "drivers" / "user_mmio" / "user_mmio"
+
+
+def user_reads(bdf: str, n: int) -> float:
+    """ns per read of user_mmio's timed loop of n reads of BAR0's
+    identification through the sysfs resource0 mapping."""
+    out = subprocess.run([str(USER_PROGRAM), f"/sys/bus/pci/devices/{bdf}/resource0",
+                          "count", str(n)], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"^COUNT (\d+) (\d+)$", out, re.MULTILINE)
+    if not m:
+        raise RuntimeError(f"user_mmio: {out!r}")
+    return int(m[2]) / int(m[1])
+
+
+def user_access_cost(res: dict, bdf: str, n: int) -> None:
+    """What tracing adds to one read: of the kernel driver (the exerciser's
+    rloop) and of a process (user_mmio's reads through resource0, the
+    exerciser unloaded: a driver's claim refuses that mapping), each
+    REPEAT times untraced, then REPEAT times under one mmiotrace-ng
+    session (the tracer reading as it goes), medians; the same boot, one
+    after the other."""
+    if not USER_PROGRAM.exists():
+        raise RuntimeError(f"{USER_PROGRAM} is missing: run tests/setup.sh --no-apt on the host")
+    out: dict = {"reads": n, "repeat": REPEAT}
+
+    def side(name: str, read: Callable[[], float]) -> None:
+        read()          # warm: QEMU's translations, the caches
+        untraced = statistics.median(read() for _ in range(REPEAT))
+        ng = NgTracer(bdf, [], f"user-cost-{name}").start()
+        try:
+            read()
+            traced = statistics.median(read() for _ in range(REPEAT))
+        finally:
+            ng.stop()
+        out[name] = {"untraced_ns": round(untraced, 1), "traced_ns": round(traced, 1),
+                     "cost_ns": round(traced - untraced, 1)}
+        log(f"user cost: {name}: {untraced:.0f} ns untraced, {traced:.0f} ns traced per read")
+
+    load_exerciser()
+    side("kernel", lambda: run_scenario("rloop", n) / n)
+    subprocess.run(["rmmod", "edu_exerciser"], check=True)
+    side("user", lambda: user_reads(bdf, n))
+    out["user_over_kernel"] = round(out["user"]["cost_ns"] / out["kernel"]["cost_ns"], 3)
+    log(f"user cost: a process's traced read costs {out['user_over_kernel']}x the kernel "
+        f"driver's")
+    res["user_access"] = out
 
 
 # --flight against plain tracing: sessions in turn, ABBA order
