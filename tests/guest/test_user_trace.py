@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -88,6 +88,14 @@ class Program:
         _, n, what = self._line().split()
         assert self.proc.wait(30) == 0
         return int(n), what
+
+
+def until(done: Callable[[], bool], ng: NgTracer, seconds: float = 60) -> None:
+    """Wait for the tracer's output to show something (done)."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, ng.text()
+        time.sleep(0.2)
 
 
 def traced(text: str, base: int) -> tuple[dict[int, tuple[int, int, int, int]], list[tuple]]:
@@ -255,10 +263,7 @@ def test_a_mapping_s_unmap_comes_at_munmap_and_at_exit(edu):
         prog = Program(edu, "remap")
         again = int(next(x for x in prog.lines if x.startswith("REMAPPED ")).split()[2], 16)
         assert prog.finish() == (0, "ident")        # and the program exits
-        deadline = time.monotonic() + 60
-        while sum(map(bool, map(UNMAP.match, ng.text().splitlines()))) < 2:
-            assert time.monotonic() < deadline, ng.text()
-            time.sleep(0.2)
+        until(lambda: sum(map(bool, map(UNMAP.match, ng.text().splitlines()))) >= 2, ng)
     finally:
         assert ng.stop() == 0
     lines = ng.text().splitlines()
@@ -286,10 +291,7 @@ def test_a_mapping_moved_by_mremap_is_traced_at_its_new_place(edu):
         moved = int(next(x for x in prog.lines if x.startswith("MOVED ")).split()[2], 16)
         ng.wait_for("UNMAP ")
         ng.wait_for(f"{base:#x} {EDU_IDENT:#x} ")
-        deadline = time.monotonic() + 60
-        while len(traced(ng.text(), base)[1]) < len(prog.accesses()):
-            assert time.monotonic() < deadline, ng.text()
-            time.sleep(0.2)
+        until(lambda: len(traced(ng.text(), base)[1]) >= len(prog.accesses()), ng)
     finally:
         assert ng.stop() == 0
     assert prog.finish() == (0, "ident")        # at the new place: nothing armed
@@ -326,10 +328,7 @@ def test_a_process_killed_while_it_reads_leaves_nothing_behind(edu):
         prog = Program(edu)
         faults, read = prog.finish()
         assert read == "ident" and faults == 0
-        deadline = time.monotonic() + 60
-        while not any(r[0] == prog.proc.pid for r in traced(ng.text(), base)[1]):
-            assert time.monotonic() < deadline, ng.text()
-            time.sleep(0.2)
+        until(lambda: any(r[0] == prog.proc.pid for r in traced(ng.text(), base)[1]), ng)
     finally:
         assert ng.stop() == 0
     maps, rws = traced(ng.text(), base)
@@ -352,10 +351,7 @@ def test_user_pid_traces_that_process_only(edu):
                   "user-trace-pid").start()
     try:
         assert named.finish() == (0, "ident") and other.finish() == (0, "ident")
-        deadline = time.monotonic() + 60
-        while len(traced(ng.text(), base)[1]) < 64:
-            assert time.monotonic() < deadline, ng.text()
-            time.sleep(0.2)
+        until(lambda: len(traced(ng.text(), base)[1]) >= 64, ng)
     finally:
         assert ng.stop() == 0
     maps, rws = traced(ng.text(), base)
@@ -378,10 +374,7 @@ def test_user_name_traces_the_processes_of_that_name_and_their_forks(edu, tmp_pa
         named = Program(edu, "fork", program=renamed)
         other = Program(edu, "fork")
         ng.wait_for(f"{base:#x} {EDU_IDENT:#x} ")
-        deadline = time.monotonic() + 60
-        while len(traced(ng.text(), base)[1]) < len(named.accesses()):
-            assert time.monotonic() < deadline, ng.text()
-            time.sleep(0.2)
+        until(lambda: len(traced(ng.text(), base)[1]) >= len(named.accesses()), ng)
     finally:
         assert ng.stop() == 0
     assert named.finish() == (0, "ident") and other.finish() == (0, "ident")
