@@ -475,13 +475,15 @@ static __always_inline s32 ng_user_map_id(const struct mmiotng_access *acc)
 
 #if defined(NG_OFF_VMA_START) && defined(NG_OFF_VMA_MM) && defined(NG_OFF_TASK_MM)
 /*
- * vm_area_free() entry (a kprobe): a process's VMA goes (munmap, exit,
- * exec, the old place of an mremap, the part of a split that went); one
- * that has a map id here gets its UNMAP.
+ * The VMAs vm_area_free() handed to RCU, which __vm_area_free() frees
+ * later (kernels 6.4 to 6.13, NG_CONFIG_VMA_RCU): they had their UNMAP
+ * already, and by then a new mapping may have the same place.
  */
-int on_vm_area_free(struct pt_regs *ctx)
+BPF_TABLE("lru_hash", u64, u8, vmas_rcu_freed, 16384);
+
+/* A process's VMA goes: one that has a map id here gets its UNMAP. */
+static __always_inline int ng_user_unmap(const void *vma)
 {
-	const void *vma = (const void *)PT_REGS_PARM1(ctx);
 	struct ng_user_map_key k = {};
 	struct ng_user_map_val *v;
 	struct ng_rec_unmap *r;
@@ -502,6 +504,38 @@ int on_vm_area_free(struct pt_regs *ctx)
 	}
 	user_map_ids.delete(&k);
 	return 0;
+}
+
+/*
+ * vm_area_free() entry (a kprobe): munmap, exec, the old place of an
+ * mremap, the part of a split that went, and exit where it frees through
+ * here (not 6.4 to 6.13's: __vm_area_free() below).
+ */
+int on_vm_area_free(struct pt_regs *ctx)
+{
+	const void *vma = (const void *)PT_REGS_PARM1(ctx);
+	u64 key = (u64)vma;
+	u8 one = 1;
+
+	if (ng_config(NG_CONFIG_VMA_RCU))
+		vmas_rcu_freed.update(&key, &one);
+	return ng_user_unmap(vma);
+}
+
+/*
+ * __vm_area_free() entry (6.4 to 6.13): exit frees a process's VMAs
+ * here directly; those vm_area_free() saw come here after a grace period.
+ */
+int on___vm_area_free(struct pt_regs *ctx)
+{
+	const void *vma = (const void *)PT_REGS_PARM1(ctx);
+	u64 key = (u64)vma;
+
+	if (vmas_rcu_freed.lookup(&key)) {
+		vmas_rcu_freed.delete(&key);
+		return 0;
+	}
+	return ng_user_unmap(vma);
 }
 #endif
 

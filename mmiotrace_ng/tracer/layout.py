@@ -59,3 +59,13 @@ def kernel_defines() -> list[str]:
         return defines(btf.load())
     except btf.BTFError:
         return []
+
+
+def kernel_function(name: str) -> bool:
+    """Whether the running kernel's BTF has this function (a static one
+    too, unless the compiler inlined it everywhere)."""
+    try:
+        kernel = btf.load()
+    except btf.BTFError:
+        return False
+    return kernel is not None and bool(kernel.ids(btf.FUNC, name))

@@ -32,6 +32,7 @@ from ..format.records import (
     NG_CONFIG_ALL,
     NG_CONFIG_HISTOGRAM,
     NG_CONFIG_TRACER,
+    NG_CONFIG_VMA_RCU,
     NG_IRQ_LINES,
     NG_NAME_LEN,
     NG_TRACED_DEVS,
@@ -82,9 +83,14 @@ USER_MAP_FUNCTION = "remap_pfn_range"
 # a process's traced mapping goes: its UNMAP (vm_area_free)
 USER_UNMAP_PROGRAM = "on_vm_area_free"
 USER_UNMAP_FUNCTION = "vm_area_free"
+# 6.4 to 6.13: vm_area_free() frees after a grace period through
+# __vm_area_free(), which exit calls directly
+USER_UNMAP_RCU_PROGRAM = "on___vm_area_free"
+USER_UNMAP_RCU_FUNCTION = "__vm_area_free"
+USER_UNMAP_RCU_CALLBACK = "vm_area_free_rcu_cb"
 # what compiled()/prefetch() get of the tracer's object beside its source
 OBJECT_OPTIONS: dict[str, Any] = {"optional": (*IRQ_PROGRAMS, *DMA_PROGRAMS, USER_MAP_PROGRAM,
-                                               USER_UNMAP_PROGRAM),
+                                               USER_UNMAP_PROGRAM, USER_UNMAP_RCU_PROGRAM),
                                   "defines": layout.kernel_defines}
 NO_LAYOUT = ("this kernel's BTF (/sys/kernel/btf/vmlinux) does not say where the kernel keeps "
              "what the {} programs read: {} not traced")
@@ -301,13 +307,26 @@ class Probes:
         """The UNMAP of each process's traced mapping when it goes (munmap,
         exit, exec, mremap).  What cannot be done is in the list returned."""
         notes = []
+        progs = (USER_UNMAP_PROGRAM, USER_UNMAP_RCU_PROGRAM)
         try:
-            if USER_UNMAP_PROGRAM in self._obj.progs:
-                self._load_programs((USER_UNMAP_PROGRAM,))
+            if all(p in self._obj.progs for p in progs):
+                self._load_programs(progs)
         except LoaderError as exc:
             notes.append(str(exc))
-        if USER_UNMAP_PROGRAM in self.progs and \
-                self._kprobe(USER_UNMAP_FUNCTION, USER_UNMAP_PROGRAM):
+        if USER_UNMAP_PROGRAM not in self.progs:
+            return [*notes, "processes' mappings get no UNMAP line: the kernel's BTF does not "
+                    "say where a VMA keeps its start and address space"]
+        # a kernel whose vm_area_free() hands VMAs to RCU: exit frees them
+        # through __vm_area_free() (first, so that no VMA is missed between)
+        if layout.kernel_function(USER_UNMAP_RCU_CALLBACK):
+            if USER_UNMAP_RCU_PROGRAM in self.progs and \
+                    self._kprobe(USER_UNMAP_RCU_FUNCTION, USER_UNMAP_RCU_PROGRAM):
+                self._update("config", ctypes.c_int(NG_CONFIG_VMA_RCU), ctypes.c_uint32(1))
+                self.attached.append(USER_UNMAP_RCU_FUNCTION)
+            else:
+                notes.append(f"a process's mapping gets no UNMAP line at its exit: "
+                             f"{USER_UNMAP_RCU_FUNCTION} cannot be probed")
+        if self._kprobe(USER_UNMAP_FUNCTION, USER_UNMAP_PROGRAM):
             self.attached.append(USER_UNMAP_FUNCTION)
             return notes
         return [*notes, "processes' mappings get no UNMAP line: "
