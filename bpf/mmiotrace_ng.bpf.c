@@ -474,13 +474,6 @@ static __always_inline s32 ng_user_map_id(const struct mmiotng_access *acc)
 }
 
 #if defined(NG_OFF_VMA_START) && defined(NG_OFF_VMA_MM) && defined(NG_OFF_TASK_MM)
-/*
- * The VMAs vm_area_free() handed to RCU, which __vm_area_free() frees
- * later (kernels 6.4 to 6.13, NG_CONFIG_VMA_RCU): they had their UNMAP
- * already, and by then a new mapping may have the same place.
- */
-BPF_TABLE("lru_hash", u64, u8, vmas_rcu_freed, 16384);
-
 /* A process's VMA goes: one that has a map id here gets its UNMAP. */
 static __always_inline int ng_user_unmap(const void *vma)
 {
@@ -513,30 +506,29 @@ static __always_inline int ng_user_unmap(const void *vma)
  */
 int on_vm_area_free(struct pt_regs *ctx)
 {
-	const void *vma = (const void *)PT_REGS_PARM1(ctx);
-	u64 key = (u64)vma;
-	u8 one = 1;
-
-	if (ng_config(NG_CONFIG_VMA_RCU))
-		vmas_rcu_freed.update(&key, &one);
-	return ng_user_unmap(vma);
+	return ng_user_unmap((const void *)PT_REGS_PARM1(ctx));
 }
 
+#ifdef NG_OFF_MM_USERS
 /*
- * __vm_area_free() entry (6.4 to 6.13): exit frees a process's VMAs
- * here directly; those vm_area_free() saw come here after a grace period.
+ * __vm_area_free() entry (6.4 to 6.13, where vm_area_free() frees after a
+ * grace period through it): an address space torn down (exit, exec's old
+ * one: no user left) frees its VMAs here directly.  The VMAs of a live
+ * one come here a grace period after vm_area_free() saw them (their
+ * place may hold a new mapping by then): left alone.
  */
 int on___vm_area_free(struct pt_regs *ctx)
 {
 	const void *vma = (const void *)PT_REGS_PARM1(ctx);
-	u64 key = (u64)vma;
+	const void *mm;
+	int users;
 
-	if (vmas_rcu_freed.lookup(&key)) {
-		vmas_rcu_freed.delete(&key);
+	if (bpf_probe_read_kernel(&mm, sizeof(mm), NG_AT(vma, NG_OFF_VMA_MM)) || !mm ||
+	    bpf_probe_read_kernel(&users, sizeof(users), NG_AT(mm, NG_OFF_MM_USERS)) || users)
 		return 0;
-	}
 	return ng_user_unmap(vma);
 }
+#endif
 #endif
 
 /*

@@ -41,9 +41,7 @@ enum ng_config {
 	NG_CONFIG_TRACER = 0,		/* the tracer's process id */
 	NG_CONFIG_ALL = 1,		/* 1: MAP every other mapping too, as with --all */
 	NG_CONFIG_HISTOGRAM = 2,	/* 1: count accesses in "hist", no access record */
-	/* 1: vm_area_free() frees after a grace period, __vm_area_free() is probed too */
-	NG_CONFIG_VMA_RCU = 3,
-	NG_CONFIG_SLOTS = 4,
+	NG_CONFIG_SLOTS = 3,
 };
 
 /* Common to all records. */

@@ -66,14 +66,12 @@ class NgConfig(IntEnum):
     NG_CONFIG_TRACER = 0
     NG_CONFIG_ALL = 1
     NG_CONFIG_HISTOGRAM = 2
-    NG_CONFIG_VMA_RCU = 3
-    NG_CONFIG_SLOTS = 4
+    NG_CONFIG_SLOTS = 3
 
 
 NG_CONFIG_TRACER: Final = NgConfig.NG_CONFIG_TRACER
 NG_CONFIG_ALL: Final = NgConfig.NG_CONFIG_ALL
 NG_CONFIG_HISTOGRAM: Final = NgConfig.NG_CONFIG_HISTOGRAM
-NG_CONFIG_VMA_RCU: Final = NgConfig.NG_CONFIG_VMA_RCU
 
 
 class NgRecHdr(ctypes.Structure):

@@ -30,6 +30,7 @@ OFFSETS = {
     "NG_OFF_TASK_MM": ("task_struct", "mm"),
     "NG_OFF_VMA_START": ("vm_area_struct", "vm_start"),
     "NG_OFF_VMA_MM": ("vm_area_struct", "vm_mm"),
+    "NG_OFF_MM_USERS": ("mm_struct", "mm_users"),
 }
 SIZES = {"NG_SIZEOF_SCATTERLIST": "scatterlist"}
 

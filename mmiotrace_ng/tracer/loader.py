@@ -32,7 +32,6 @@ from ..format.records import (
     NG_CONFIG_ALL,
     NG_CONFIG_HISTOGRAM,
     NG_CONFIG_TRACER,
-    NG_CONFIG_VMA_RCU,
     NG_IRQ_LINES,
     NG_NAME_LEN,
     NG_TRACED_DEVS,
@@ -307,21 +306,20 @@ class Probes:
         """The UNMAP of each process's traced mapping when it goes (munmap,
         exit, exec, mremap).  What cannot be done is in the list returned."""
         notes = []
-        progs = (USER_UNMAP_PROGRAM, USER_UNMAP_RCU_PROGRAM)
+        progs = tuple(p for p in (USER_UNMAP_PROGRAM, USER_UNMAP_RCU_PROGRAM)
+                      if p in self._obj.progs)
         try:
-            if all(p in self._obj.progs for p in progs):
-                self._load_programs(progs)
+            self._load_programs(progs)
         except LoaderError as exc:
             notes.append(str(exc))
         if USER_UNMAP_PROGRAM not in self.progs:
             return [*notes, "processes' mappings get no UNMAP line: the kernel's BTF does not "
                     "say where a VMA keeps its start and address space"]
         # a kernel whose vm_area_free() hands VMAs to RCU: exit frees them
-        # through __vm_area_free() (first, so that no VMA is missed between)
+        # through __vm_area_free() directly
         if layout.kernel_function(USER_UNMAP_RCU_CALLBACK):
             if USER_UNMAP_RCU_PROGRAM in self.progs and \
                     self._kprobe(USER_UNMAP_RCU_FUNCTION, USER_UNMAP_RCU_PROGRAM):
-                self._update("config", ctypes.c_int(NG_CONFIG_VMA_RCU), ctypes.c_uint32(1))
                 self.attached.append(USER_UNMAP_RCU_FUNCTION)
             else:
                 notes.append(f"a process's mapping gets no UNMAP line at its exit: "
